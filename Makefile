@@ -1,0 +1,58 @@
+# noisycal-platform — the two commands: `make demo`, `make test`. Each builds .venv first if needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The stamp changes whenever the dependency spec changes, so `make` reinstalls exactly then.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+HOME_DIR ?= $(CURDIR)/.noisycal
+PORT ?= 3000
+
+.PHONY: demo test test-slow test-all ui confirm bench lint lock browser-deps clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel (STACK.md).
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal demo --fresh
+
+# Headless Chromium for tests/browser (Debian package; skipped by the tests with a reason if it cannot be had).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+		|| echo "chromium could not be installed; browser tests will be skipped"; fi
+
+test: $(STAMP) browser-deps
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP) browser-deps
+	$(BIN)/python -m pytest -q -m slow
+
+test-all: $(STAMP) browser-deps
+	$(BIN)/python -m pytest -q -m "slow or not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+ui: $(STAMP)
+	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal ui --port $(PORT)
+
+confirm: $(STAMP)
+	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal serve-confirmations
+
+bench: $(STAMP)
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; nice -n 10 $(BIN)/python $$b || exit 1; done
+
+lock: $(STAMP)
+	@echo "regenerate constraints.txt from the tested venv (keep the header's hand pins true)"
+	$(BIN)/pip freeze --exclude noisycal-platform | sed -e 's/^torch==2.13.0+cpu/torch==2.13.0/' > constraints.lock.new
+
+clean:
+	rm -rf $(VENV) .noisycal .pytest_cache .ruff_cache

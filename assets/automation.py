@@ -1,0 +1,111 @@
+"""Sensors, schedules and jobs: what reruns the graph by itself.
+
+- ``annotation_sensor``: new files in ``inbox/annotations/`` -> one run of ``raw/annotations`` per new content
+  hash (run_key = sha256, so a repeated or renamed copy requests nothing); downstream assets follow through
+  their eager automation condition.
+- ``confirmation_sensor``: the confirmation tool appended answers -> ``raw/confirmations`` reruns.
+- ``model_version_sensor``: a new folder ``models/<version>/`` with predictions -> new ``model_versions``
+  partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition.
+- ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
+- ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
+"""
+
+
+import hashlib
+import json
+
+import dagster as dg
+
+from assets.policy import DATASETS, MODEL_VERSIONS
+from assets.raw import ANNOTATIONS, CONFIRMATIONS, PREDICTIONS
+from resources.inbox import InboxResource
+from resources.model_registry import ModelRegistryResource
+
+__all__ = [
+    "annotation_sensor", "confirmation_sensor", "dataset_sensor", "model_version_sensor",
+    "quality_monitor", "quality_monitor_job", "SENSORS", "SCHEDULES", "JOBS", "automation_sensor",
+]
+
+RUNNING = dg.DefaultSensorStatus.RUNNING
+IMAGES = dg.AssetKey(["raw", "images"])
+
+quality_monitor_job = dg.define_asset_job(
+    "quality_monitor_job",
+    selection=dg.AssetSelection.groups("reports") | dg.AssetSelection.groups("reports").upstream(depth=1).checks(),
+    description="Daily: rebuild the reports and run the asset checks of what they summarise.",
+)
+
+
+@dg.sensor(target=[ANNOTATIONS], default_status=RUNNING, minimum_interval_seconds=30)
+def annotation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """One RunRequest per new batch content hash; the cursor remembers hashes already requested."""
+    requested = set(json.loads(context.cursor)) if context.cursor else set()
+    new = [(p, h) for p, h in inbox.new_annotation_batches() if h not in requested]
+    if not new:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new annotation batches"))
+    requested.update(h for _, h in new)
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(run_key=f"annotations-{h}", asset_selection=[ANNOTATIONS],
+                          tags={"noisycal/batch": p.name, "noisycal/sha256": h})
+            for p, h in new
+        ],
+        cursor=json.dumps(sorted(requested)),
+    )
+
+
+@dg.sensor(target=[CONFIRMATIONS], default_status=RUNNING, minimum_interval_seconds=30)
+def confirmation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """Rerun ``raw/confirmations`` when any answer file changed (ingestion dedups by answer_id)."""
+    fingerprint = inbox.confirmation_fingerprint()
+    if not fingerprint or fingerprint == (context.cursor or ""):
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new confirmation answers"))
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"confirmations-{key}", asset_selection=[CONFIRMATIONS])],
+        cursor=fingerprint,
+    )
+
+
+@dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=30)
+def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource) -> dg.SensorResult:
+    """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded."""
+    known = set(context.instance.get_dynamic_partitions(MODEL_VERSIONS.name))
+    new = [v for v in model_registry.versions() if v not in known]
+    if not new:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new model versions"))
+    return dg.SensorResult(
+        dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new)],
+        run_requests=[dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new],
+    )
+
+
+@dg.sensor(target=[IMAGES], default_status=RUNNING, minimum_interval_seconds=60)
+def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """A new folder under ``datasets/`` (or a ``noisycal datasets add``) becomes a ``datasets`` partition."""
+    known = set(context.instance.get_dynamic_partitions(DATASETS.name))
+    new = [name for name in inbox.layout.registered_datasets() if name not in known]
+    if not new:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new datasets"))
+    return dg.SensorResult(
+        dynamic_partitions_requests=[DATASETS.build_add_request(new)],
+        run_requests=[dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new],
+    )
+
+
+quality_monitor = dg.ScheduleDefinition(
+    name="quality_monitor",
+    job=quality_monitor_job,
+    cron_schedule="0 6 * * *",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Daily data-quality monitoring: reports and checks.",
+)
+
+#: Runs the eager automation conditions (downstream reruns). Default RUNNING, unlike Dagster's default.
+automation_sensor = dg.AutomationConditionSensorDefinition(
+    "automation", target=dg.AssetSelection.all(), default_status=RUNNING, minimum_interval_seconds=30
+)
+
+SENSORS = [annotation_sensor, confirmation_sensor, model_version_sensor, dataset_sensor, automation_sensor]
+SCHEDULES = [quality_monitor]
+JOBS = [quality_monitor_job]

@@ -1,0 +1,112 @@
+"""Raw inputs, validated on the way in: one asset per input the clinic supplies.
+
+Annotations and confirmations arrive in drop folders and are ingested exactly once (ledger keyed by content
+hash / answer id); model predictions arrive as registry folders, one dynamic partition per version.
+"""
+
+
+from datetime import UTC, datetime
+
+import dagster as dg
+import polars as pl
+
+from assets.policy import DUCKDB_POOL, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from noisycal_platform.io import InputError, read_predictions, read_reference_labels
+from resources.inbox import InboxResource
+from resources.model_registry import ModelRegistryResource
+
+STAGE = "raw"
+ANNOTATIONS = dg.AssetKey([STAGE, "annotations"])
+PREDICTIONS = dg.AssetKey([STAGE, "predictions"])
+REFERENCE_LABELS = dg.AssetKey([STAGE, "reference_labels"])
+CONFIRMATIONS = dg.AssetKey([STAGE, "confirmations"])
+
+
+def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
+    if not items:
+        return "none"
+    return "\n".join("- " + ", ".join(f"{k}: `{it.get(k)}`" for k in keys if k in it) for it in items)
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
+    "invalid batches are quarantined with a reason, never half-ingested.",
+)
+def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    report = inbox.ingest_annotations()
+    frame = inbox.annotations()
+    for q in report.quarantined:
+        context.log.warning(f"quarantined {q['file']}: {q['reason']}")
+    return dg.Output(
+        frame,
+        metadata={
+            "rows": frame.height,
+            "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
+            "items": frame["item_id"].n_unique() if frame.height else 0,
+            "batches_accepted_now": len(report.accepted),
+            "batches_quarantined_now": len(report.quarantined),
+            "duplicate_batches_now": len(report.duplicates),
+            "quarantined": dg.MetadataValue.md(_md_list(report.quarantined, ("file", "reason"))),
+        },
+    )
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    partitions_def=MODEL_VERSIONS, metadata={"partition_expr": MODEL_VERSION_COLUMN},
+    description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
+)
+def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
+    version = context.partition_key
+    path = model_registry.predictions_file(version)
+    try:
+        frame = read_predictions(path)
+    except InputError as exc:
+        # Fail the step: nothing is written for this version, earlier versions stay as they are.
+        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
+    registered = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    frame = frame.with_columns(
+        pl.lit(version).alias(MODEL_VERSION_COLUMN),
+        pl.lit(registered).dt.cast_time_unit("us").alias("registered_at"),
+    )
+    return dg.Output(
+        frame,
+        metadata={"rows": frame.height, "file": str(path), "mean_score": float(frame["score"].mean())},
+    )
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
+)
+def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    path = inbox.layout.references
+    if not path.is_file():
+        frame = pl.DataFrame(schema={"item_id": pl.String, "label": pl.Int8})
+        return dg.Output(frame, metadata={"rows": 0, "note": f"no reference labels at {path}"})
+    try:
+        frame = read_reference_labels(path)
+    except InputError as exc:
+        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
+    return dg.Output(frame, metadata={"rows": frame.height, "file": str(path)})
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    description="Every answer from the confirmation tool (inbox/confirmations/*.jsonl), once per answer_id; "
+    "undo records kept (they cancel, never erase).",
+)
+def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    frame, rejected = inbox.confirmations()
+    for r in rejected:
+        context.log.warning(f"unusable confirmation line {r['file']}:{r['line']}: {r['reason']}")
+    return dg.Output(
+        frame,
+        metadata={
+            "answers": frame.height,
+            "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
+            "rejected_lines": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "reason"))),
+        },
+    )

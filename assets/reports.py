@@ -1,0 +1,3 @@
+"""Reports stage: human-readable HTML summaries of each stage."""
+
+STAGE = "reports"

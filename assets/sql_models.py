@@ -1,0 +1,107 @@
+"""SQL models under ``dbt_like_sql/``: each ``.sql`` file is one asset, executed in DuckDB.
+
+- The file name is the asset name; the folder gives the schema (``staging/``) unless a ``-- stage: <schema>``
+  header line says otherwise (marts live in the schema of the stage they serve).
+- Upstream assets are the ``schema.table`` names the SQL references after ``FROM`` / ``JOIN``.
+- ``-- param: name = value`` header lines declare named parameters (``$name`` in the SQL), bound by DuckDB —
+  values never enter the SQL text. DOUBLE parameters avoid DuckDB's slow DECIMAL path for literals.
+- The table is replaced inside one transaction: readers see the old table or the new one, never half of it.
+"""
+
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+from dagster_duckdb import DuckDBResource
+
+from assets.policy import DUCKDB_POOL, EAGER
+
+__all__ = ["SQL_ROOT", "SqlModel", "build_sql_assets", "parse_sql_model"]
+
+SQL_ROOT = Path(__file__).resolve().parent.parent / "dbt_like_sql"
+_REF = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
+_HEADER = re.compile(r"^--\s*(stage|param|description)\s*:\s*(.+?)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class SqlModel:
+    path: Path
+    schema: str
+    name: str
+    sql: str
+    params: dict[str, float | int | str]
+    deps: tuple[tuple[str, str], ...]
+    description: str
+
+    @property
+    def key(self) -> dg.AssetKey:
+        return dg.AssetKey([self.schema, self.name])
+
+
+def _coerce(value: str) -> float | int | str:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return value.strip("'\"")
+
+
+def parse_sql_model(path: Path) -> SqlModel:
+    text = path.read_text(encoding="utf-8")
+    schema = path.parent.name
+    params: dict[str, float | int | str] = {}
+    description = []
+    for line in text.splitlines():
+        m = _HEADER.match(line.strip())
+        if not m:
+            continue
+        kind, value = m.group(1).lower(), m.group(2)
+        if kind == "stage":
+            schema = value
+        elif kind == "param":
+            name, _, raw = value.partition("=")
+            params[name.strip()] = _coerce(raw.strip())
+        else:
+            description.append(value)
+    body = "\n".join(line for line in text.splitlines() if not line.strip().startswith("--"))
+    deps = tuple(sorted({(s.lower(), t.lower()) for s, t in _REF.findall(body)} - {(schema, path.stem)}))
+    return SqlModel(path, schema, path.stem, body.strip().rstrip(";"), params, deps, " ".join(description))
+
+
+def run_sql_model(conn, model: SqlModel) -> int:
+    """Replace ``schema.name`` with the model's result in one transaction; returns the row count."""
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{model.schema}"')
+        conn.execute(f'CREATE OR REPLACE TABLE "{model.schema}"."{model.name}" AS {model.sql}', model.params or None)
+        conn.execute("COMMIT")
+    except Exception:
+        conn.execute("ROLLBACK")
+        raise
+    return conn.execute(f'SELECT count(*) FROM "{model.schema}"."{model.name}"').fetchone()[0]
+
+
+def _build(model: SqlModel) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=model.key,
+        group_name=model.schema,
+        deps=[dg.AssetKey(list(d)) for d in model.deps],
+        pool=DUCKDB_POOL,
+        kinds={"duckdb", "sql"},
+        automation_condition=EAGER,
+        description=model.description or f"SQL model {model.path.relative_to(SQL_ROOT)}",
+        metadata={"sql_file": str(model.path.relative_to(SQL_ROOT)), "params": str(model.params)},
+    )
+    def _sql_asset(warehouse: DuckDBResource) -> dg.MaterializeResult:
+        with warehouse.get_connection() as conn:
+            rows = run_sql_model(conn, model)
+        return dg.MaterializeResult(metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")})
+
+    return _sql_asset
+
+
+def build_sql_assets(root: Path = SQL_ROOT) -> list[dg.AssetsDefinition]:
+    return [_build(parse_sql_model(p)) for p in sorted(root.glob("*/*.sql"))]

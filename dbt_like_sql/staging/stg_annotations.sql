@@ -1,0 +1,10 @@
+-- description: Annotations typed and deduplicated for analysis: one row per (item_id, annotator_id) with the
+-- description: number of annotators who labelled the item. Source: raw.annotations (already contract-checked).
+SELECT
+    a.item_id,
+    a.annotator_id,
+    CAST(a.label AS TINYINT) AS label,
+    a."timestamp",
+    a.source_file,
+    count(*) OVER (PARTITION BY a.item_id) AS n_annotators_on_item
+FROM raw.annotations AS a

@@ -1,0 +1,34 @@
+"""The one Definitions object: assets, checks, sensors, schedules, jobs and resources.
+
+``build_definitions(home)`` serves the Dagster code location (``$NOISYCAL_HOME``, default ``./.noisycal``)
+and the tests (``tmp_path``) alike; nothing branches on the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+
+from assets import automation, calibration, checks, raw, reports
+from assets.sql_models import build_sql_assets
+from noisycal_platform.paths import default_home
+from resources import build_resources
+
+STAGE_MODULES = [raw, calibration, reports]
+
+
+def build_definitions(home: str | Path | None = None) -> dg.Definitions:
+    home = Path(home) if home is not None else default_home()
+    return dg.Definitions(
+        assets=[*dg.load_assets_from_modules(STAGE_MODULES), *build_sql_assets()],
+        asset_checks=checks.ALL_CHECKS,
+        sensors=automation.SENSORS,
+        schedules=automation.SCHEDULES,
+        jobs=automation.JOBS,
+        resources=build_resources(home),
+        executor=dg.in_process_executor,
+    )
+
+
+defs = build_definitions()

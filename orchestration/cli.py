@@ -1,0 +1,211 @@
+"""The ``noisycal`` command.
+
+    noisycal demo [--fresh]                 build the demo inputs and run the whole platform on them
+    noisycal tick                           evaluate sensors + automation once and run what they request
+    noisycal materialize                    materialise every asset for every known partition
+    noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
+    noisycal validate KIND FILE             check one input file against its contract
+    noisycal datasets add NAME PATH | list  register an image dataset by path (no copy)
+    noisycal annotators add NAME --role R | revoke NAME | list
+    noisycal serve-confirmations            the local confirmation web tool
+    noisycal status                         where things are, what is pending
+
+Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``).
+"""
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+from noisycal_platform.paths import HOME_ENV, HomeLayout, default_home
+
+
+def _quiet_dagster() -> None:
+    os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+
+
+def _print_runs(report) -> int:
+    failed = 0
+    for run in report.runs:
+        mark = "ok " if run["success"] else "FAIL"
+        part = f" [{run['partition']}]" if run["partition"] else ""
+        print(f"  {mark} {run['reason']}: {', '.join(run['assets'])}{part}")
+        for err in run.get("errors", []):
+            print(f"       {err}")
+        failed += not run["success"]
+    return failed
+
+
+def cmd_tick(args) -> int:
+    _quiet_dagster()
+    from orchestration.runner import tick
+
+    report = tick(args.home)
+    print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
+    for name, keys in report.partitions_added.items():
+        print(f"  new {name} partition(s): {', '.join(keys)}")
+    return 1 if _print_runs(report) else 0
+
+
+def cmd_materialize(args) -> int:
+    _quiet_dagster()
+    from orchestration.runner import materialize_everything
+
+    report = materialize_everything(args.home)
+    print(f"materialize: {report.n_runs} run(s)")
+    return 1 if _print_runs(report) else 0
+
+
+def cmd_demo(args) -> int:
+    _quiet_dagster()
+    from orchestration.demo import run_demo
+
+    return run_demo(args.home, fresh=args.fresh, seed=args.seed)
+
+
+def cmd_ui(args) -> int:
+    from orchestration.runner import dagster_home
+
+    env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
+    defs_file = Path(__file__).resolve().parent.parent / "definitions.py"
+    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port), "-f",
+           str(defs_file)]
+    print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
+    os.chdir(defs_file.parent)
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
+
+
+def cmd_validate(args) -> int:
+    from noisycal_platform import io
+
+    reader = {"annotations": io.read_annotations, "predictions": io.read_predictions,
+              "references": io.read_reference_labels}[args.kind]
+    try:
+        frame = reader(args.file)
+    except io.InputError as exc:
+        print(f"INVALID {exc}", file=sys.stderr)
+        return 2
+    print(f"OK {args.file}: {frame.height} rows, columns {frame.columns}")
+    return 0
+
+
+def cmd_datasets(args) -> int:
+    layout = HomeLayout.at(args.home).ensure()
+    if args.action == "list":
+        for name, path in layout.registered_datasets().items():
+            print(f"{name}\t{path}")
+        return 0
+    path = Path(args.path).expanduser().resolve()
+    if not path.is_dir():
+        print(f"not a folder: {path}", file=sys.stderr)
+        return 2
+    from noisycal_platform.io import atomic_write_text
+
+    registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
+    registry[args.name] = str(path)
+    atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
+    print(f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up")
+    return 0
+
+
+def cmd_annotators(args) -> int:
+    from noisycal_platform import confirm_app
+
+    home = HomeLayout.at(args.home).ensure().home
+    if args.action == "add":
+        token, path = confirm_app.add_annotator(home, args.name, args.role)
+        print(f"annotator {args.name!r} ({args.role}) added. Personal login link (shown once, keep it private):")
+        print(f"  http://127.0.0.1:{args.port}{path}")
+    elif args.action == "revoke":
+        confirm_app.revoke_annotator(home, args.name)
+        print(f"annotator {args.name!r} revoked")
+    else:
+        for a in confirm_app.list_annotators(home):
+            print(f"{a['name']}\t{a['role']}\t{'revoked' if a['revoked'] else 'active'}\t{a['created']}")
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from noisycal_platform import confirm_app
+
+    confirm_app.serve(HomeLayout.at(args.home).ensure().home, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_status(args) -> int:
+    layout = HomeLayout.at(args.home)
+    from noisycal_platform.ingest import pending_annotation_files
+
+    print(f"home:       {layout.home}")
+    print(f"warehouse:  {layout.warehouse} ({'present' if layout.warehouse.exists() else 'not built yet'})")
+    print(f"reports:    {layout.reports}")
+    print(f"models:     {', '.join(layout.model_versions()) or 'none'}")
+    print(f"datasets:   {', '.join(layout.registered_datasets()) or 'none'}")
+    print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
+    quarantined = sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
+    print(f"quarantined batches: {len(quarantined)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="noisycal", description=__doc__.split("\n")[0])
+    parser.add_argument("--home", type=lambda p: Path(p).expanduser().resolve(), default=None,
+                        help=f"platform home (default ${HOME_ENV} or ./.noisycal)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="build demo inputs into the home and run every asset on them")
+    p.add_argument("--fresh", action="store_true", help="wipe a previous demo home first (only a demo home)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_demo)
+    sub.add_parser("tick", help="evaluate sensors and automation once; run what they request").set_defaults(
+        func=cmd_tick)
+    sub.add_parser("materialize", help="materialise every asset for every partition").set_defaults(
+        func=cmd_materialize)
+    p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(func=cmd_ui)
+    p = sub.add_parser("validate", help="check one input file against its contract")
+    p.add_argument("kind", choices=["annotations", "predictions", "references"])
+    p.add_argument("file", type=Path)
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("datasets", help="register or list image datasets")
+    p.add_argument("action", choices=["add", "list"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("path", nargs="?")
+    p.set_defaults(func=cmd_datasets)
+    p = sub.add_parser("annotators", help="manage confirmation-tool annotators")
+    p.add_argument("action", choices=["add", "revoke", "list"])
+    p.add_argument("name", nargs="?")
+    p.add_argument("--role", choices=["expert", "lay", "admin"], default="expert")
+    p.add_argument("--port", type=int, default=8765, help="port printed in the login link")
+    p.set_defaults(func=cmd_annotators)
+    p = sub.add_parser("serve-confirmations", help="start the local confirmation web tool")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="interface to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes the tool and "
+                        "its images to the whole network)")
+    p.add_argument("--port", type=int, default=8765)
+    p.set_defaults(func=cmd_serve)
+    sub.add_parser("status", help="where things are and what is pending").set_defaults(func=cmd_status)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.home is None:
+        args.home = default_home()
+    if args.command == "datasets" and args.action == "add" and not (args.name and args.path):
+        print("usage: noisycal datasets add NAME PATH", file=sys.stderr)
+        return 2
+    if args.command == "annotators" and args.action in ("add", "revoke") and not args.name:
+        print(f"usage: noisycal annotators {args.action} NAME", file=sys.stderr)
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

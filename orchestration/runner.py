@@ -1,0 +1,201 @@
+"""In-process orchestration over one ``$NOISYCAL_HOME``: the same sensors and automation conditions the daemon
+runs, evaluated once (``tick``), so cron jobs, the demo and the tests exercise the real automation path.
+
+State lives in ``$NOISYCAL_HOME/dagster/`` (``DAGSTER_HOME``: run history, partitions) plus ``tick_state.json``
+(sensor cursors, the automation cursor and the run keys already executed, mirroring the daemon's dedup).
+"""
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import dagster as dg
+from dagster._serdes import deserialize_value, serialize_value  # the daemon's own cursor encoding
+
+from noisycal_platform.io import atomic_write_text
+from noisycal_platform.paths import HomeLayout
+
+__all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
+
+DAGSTER_YAML = """\
+# Written by noisycal. Every warehouse asset is in the "duckdb" pool; one slot = one DuckDB writer at a time.
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 1
+"""
+
+
+def dagster_home(home: str | Path) -> Path:
+    path = HomeLayout.at(home).home / "dagster"
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = path / "dagster.yaml"
+    if not cfg.exists():
+        atomic_write_text(cfg, DAGSTER_YAML)
+    return path
+
+
+def instance_for(home: str | Path) -> dg.DagsterInstance:
+    """A persistent instance under ``$NOISYCAL_HOME/dagster`` (runs, partitions and cursors survive)."""
+    return dg.DagsterInstance.from_config(str(dagster_home(home)))
+
+
+@dataclass
+class TickReport:
+    runs: list[dict] = field(default_factory=list)
+    partitions_added: dict[str, list[str]] = field(default_factory=dict)
+    rounds: int = 0
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.runs)
+
+
+def _state_path(home: str | Path) -> Path:
+    return dagster_home(home) / "tick_state.json"
+
+
+def _load_state(home: str | Path) -> dict:
+    p = _state_path(home)
+    if p.is_file():
+        return json.loads(p.read_text(encoding="utf-8"))
+    return {"sensor_cursors": {}, "run_keys": [], "automation_cursor": None}
+
+
+def _all_assets(defs: dg.Definitions) -> list:
+    return [*defs.assets, *(defs.asset_checks or [])]
+
+
+def _execute(defs, instance, selection, partition_key, tags, report: TickReport, reason: str) -> None:
+    result = dg.materialize(
+        _all_assets(defs),
+        selection=selection,
+        partition_key=partition_key,
+        instance=instance,
+        resources=defs.resources,
+        tags={k: str(v) for k, v in (tags or {}).items()},
+        raise_on_error=False,
+    )
+    report.runs.append({
+        "reason": reason,
+        "assets": sorted(k.to_user_string() for k in selection),
+        "partition": partition_key,
+        "success": result.success,
+        "run_id": result.run_id,
+    })
+    if not result.success:
+        failures = [
+            f"{e.step_key}: {e.event_specific_data.error.message.strip() if e.event_specific_data.error else ''}"
+            for e in result.all_events if e.is_step_failure
+        ]
+        report.runs[-1]["errors"] = failures
+
+
+def _run_sensors(defs, instance, state, report: TickReport) -> int:
+    executed = 0
+    for sensor in defs.sensors or []:
+        if isinstance(sensor, dg.AutomationConditionSensorDefinition):
+            continue
+        ctx = dg.build_sensor_context(
+            instance=instance, cursor=state["sensor_cursors"].get(sensor.name), definitions=defs,
+            sensor_name=sensor.name, resources=defs.resources,
+        )
+        result = sensor(ctx)
+        if not isinstance(result, dg.SensorResult):
+            continue
+        for req in result.dynamic_partitions_requests or []:
+            if isinstance(req, dg.AddDynamicPartitionsRequest):
+                instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+                report.partitions_added.setdefault(req.partitions_def_name, []).extend(req.partition_keys)
+        for rr in result.run_requests or []:
+            if rr.run_key and rr.run_key in state["run_keys"]:
+                continue  # the daemon dedups run keys per sensor the same way
+            _execute(defs, instance, list(rr.asset_selection or []), rr.partition_key, rr.tags, report,
+                     f"sensor {sensor.name}")
+            executed += 1
+            if rr.run_key:
+                state["run_keys"].append(rr.run_key)
+        if ctx.cursor is not None or result.cursor is not None:
+            state["sensor_cursors"][sensor.name] = result.cursor if result.cursor is not None else ctx.cursor
+    return executed
+
+
+def _topological_levels(defs) -> dict[dg.AssetKey, int]:
+    graph = defs.resolve_asset_graph()
+    level: dict[dg.AssetKey, int] = {}
+    for key in graph.toposorted_asset_keys:
+        parents = graph.get(key).parent_keys
+        level[key] = 1 + max((level.get(p, 0) for p in parents), default=-1)
+    return level
+
+
+def _run_automation(defs, instance, state, report: TickReport) -> int:
+    cursor = deserialize_value(state["automation_cursor"]) if state.get("automation_cursor") else None
+    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    state["automation_cursor"] = serialize_value(result.cursor)
+    if result.total_requested == 0:
+        return 0
+    graph = defs.resolve_asset_graph()
+    levels = _topological_levels(defs)
+    # group by (topological level, partitions definition, partition key): each group is one in-process run
+    groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)
+    for key in graph.materializable_asset_keys:
+        if result.get_num_requested(key) == 0:
+            continue
+        pdef = graph.get(key).partitions_def
+        pname = getattr(pdef, "name", None) if pdef is not None else None
+        for pk in result.get_requested_partitions(key) or [None]:
+            groups[(levels[key], pname or "", pk or "")].append(key)
+    executed = 0
+    for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)")
+        executed += 1
+    return executed
+
+
+def tick(home: str | Path, defs: dg.Definitions | None = None, max_rounds: int = 12) -> TickReport:
+    """Evaluate every sensor once and run what it requests, then the automation conditions, until quiet."""
+    if defs is None:
+        from definitions import build_definitions
+
+        defs = build_definitions(home)
+    instance = instance_for(home)
+    state = _load_state(home)
+    report = TickReport()
+    try:
+        if state.get("automation_cursor") is None:
+            _run_automation(defs, instance, state, report)  # the first evaluation only sets the baseline
+        for _ in range(max_rounds):
+            report.rounds += 1
+            n = _run_sensors(defs, instance, state, report)
+            n += _run_automation(defs, instance, state, report)
+            if n == 0:
+                break
+    finally:
+        atomic_write_text(_state_path(home), json.dumps(state, indent=1))
+    return report
+
+
+def materialize_everything(home: str | Path, defs: dg.Definitions | None = None) -> TickReport:
+    """Materialise every asset for every known partition (used after a tick to fill anything still missing)."""
+    if defs is None:
+        from definitions import build_definitions
+
+        defs = build_definitions(home)
+    instance = instance_for(home)
+    report = TickReport()
+    graph = defs.resolve_asset_graph()
+    levels = _topological_levels(defs)
+    groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)
+    for key in graph.materializable_asset_keys:
+        pdef = graph.get(key).partitions_def
+        if pdef is None:
+            groups[(levels[key], "", "")].append(key)
+            continue
+        for pk in instance.get_dynamic_partitions(pdef.name):
+            groups[(levels[key], pdef.name, pk)].append(key)
+    for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
+    return report
