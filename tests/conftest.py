@@ -1,0 +1,17 @@
+"""Shared fixtures: a fresh ``$NOISYCAL_HOME`` per test, and quiet Dagster logs."""
+
+import logging
+
+import pytest
+
+from noisycal_platform.paths import HomeLayout
+
+
+@pytest.fixture(autouse=True)
+def _quiet_dagster():
+    logging.getLogger("dagster").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+def layout(tmp_path) -> HomeLayout:
+    return HomeLayout.at(tmp_path / "home").ensure()
