@@ -10,12 +10,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from assets import automation, calibration, checks, cleaning, raw, reports
+from assets import automation, calibration, checks, cleaning, correctness, raw, reports
 from assets.sql_models import build_sql_assets
 from noisycal_platform.paths import default_home
 from resources import build_resources
 
-STAGE_MODULES = [raw, calibration, cleaning, reports]
+STAGE_MODULES = [raw, calibration, cleaning, correctness, reports]
 
 
 def build_definitions(home: str | Path | None = None) -> dg.Definitions:

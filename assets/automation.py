@@ -8,6 +8,7 @@
 - ``model_version_sensor``: a new folder ``models/<version>/`` with predictions -> new ``model_versions``
   partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition.
 - ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
+- ``generations_sensor``: new or changed files under ``correctness/`` -> generations and audit labels reload.
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
@@ -17,13 +18,14 @@ import json
 
 import dagster as dg
 
+from assets.correctness import AUDIT_LABELS, GENERATIONS
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, CONFIRMATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
 __all__ = [
-    "annotation_sensor", "confirmation_sensor", "reference_sensor", "dataset_sensor", "model_version_sensor",
+    "annotation_sensor", "confirmation_sensor", "generations_sensor", "reference_sensor", "dataset_sensor", "model_version_sensor",
     "quality_monitor", "quality_monitor_job", "SENSORS", "SCHEDULES", "JOBS", "automation_sensor",
 ]
 
@@ -63,6 +65,28 @@ def confirmation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResourc
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"confirmations-{key}", asset_selection=[CONFIRMATIONS])],
+        cursor=fingerprint,
+    )
+
+
+def _folder_fingerprint(*folders) -> str:
+    parts = []
+    for folder in folders:
+        if folder.is_dir():
+            parts += [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.iterdir())
+                      if p.is_file() and not p.name.startswith(".")]
+    return "|".join(parts)
+
+
+@dg.sensor(target=[GENERATIONS, AUDIT_LABELS], default_status=RUNNING, minimum_interval_seconds=60)
+def generations_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """Model generations or audit labels were added or changed -> reload both (correctness reruns)."""
+    fingerprint = _folder_fingerprint(inbox.layout.generations, inbox.layout.audit_labels)
+    if not fingerprint or fingerprint == (context.cursor or ""):
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new generations or audit labels"))
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])],
         cursor=fingerprint,
     )
 
@@ -121,6 +145,6 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 SENSORS = [annotation_sensor, confirmation_sensor, reference_sensor, model_version_sensor, dataset_sensor,
-           automation_sensor]
+           generations_sensor, automation_sensor]
 SCHEDULES = [quality_monitor]
 JOBS = [quality_monitor_job]

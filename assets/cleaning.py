@@ -80,7 +80,9 @@ def ssl_encoder(context: dg.AssetExecutionContext, images: pl.DataFrame, inbox: 
     from noisycal_platform.cleaning.images import load_images
 
     layout = inbox.layout
-    config = PRESETS[settings.encoder_preset].replace(device=compute.torch_device(), seed=settings.seed)
+    preset = PRESETS[settings.encoder_preset]
+    overrides = {k: type(getattr(preset, k))(v) for k, v in settings.encoder_overrides.items()}
+    config = preset.replace(**{"device": compute.torch_device(), "seed": settings.seed, **overrides})
     dataset_hash = str(images["dataset_hash"][0])
     index = layout.artifacts / "index" / f"encoder-{dataset_hash[:16]}-{config.config_hash[:16]}.json"
     reused = False

@@ -89,3 +89,67 @@ def calibration(annotations: pl.DataFrame, predictions: pl.DataFrame, reference_
         "files": dg.MetadataValue.md("\n".join(f"- `{r['path']}`" for r in rows) or "none"),
         "summary": dg.MetadataValue.md("\n\n".join(summaries) or "no model version yet"),
     })
+
+
+CLEANING_INPUTS = {
+    name: dg.AssetIn(dg.AssetKey(["cleaning", name]))
+    for name in ("confirmation_queue", "confirmed_issues", "label_error_prevalence", "agreement", "ranking_quality",
+                 "ranking_vs_truth", "annotation_speedup", "cleaning_impact", "stopping_sensitivity",
+                 "expert_lay_tests")
+}
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb", "html"},
+    automation_condition=EAGER, ins={"images": dg.AssetIn(dg.AssetKey(["raw", "images"])), **CLEANING_INPUTS},
+    description="HTML cleaning report (reports/cleaning.html): issue table per dataset and rule (seed 001 Table 1), "
+                "agreement with CIs, ranking quality (and vs known truth), speed-up, impact on model metrics, "
+                "stopping-rule sensitivity, expert vs lay, top candidates as thumbnails.",
+)
+def cleaning(images: pl.DataFrame, confirmation_queue: pl.DataFrame, confirmed_issues: pl.DataFrame,
+             label_error_prevalence: pl.DataFrame, agreement: pl.DataFrame, ranking_quality: pl.DataFrame,
+             ranking_vs_truth: pl.DataFrame, annotation_speedup: pl.DataFrame, cleaning_impact: pl.DataFrame,
+             stopping_sensitivity: pl.DataFrame, expert_lay_tests: pl.DataFrame,
+             inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    from noisycal_platform.cleaning import pipeline as cp
+
+    layout = inbox.layout
+    sizes = {r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(
+        named=True)}
+    roots = {r["dataset"]: r["root"] for r in images.select("dataset", "root").unique().iter_rows(named=True)}
+    text = cp.render_cleaning_report(
+        issues=cp.issue_table(confirmed_issues, sizes), prevalence=label_error_prevalence, agreement=agreement,
+        ranking_quality=ranking_quality, ranking_truth=ranking_vs_truth,
+        speedup=annotation_speedup.drop("dataset").rename({"scope": "dataset"}), impact=cleaning_impact,
+        sensitivity=stopping_sensitivity, expert_lay=expert_lay_tests, queue=confirmation_queue,
+        confirmed=confirmed_issues, dataset_roots=roots,
+        created=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    written = _write(layout.reports / "cleaning.html", text)
+    write_index(layout)
+    frame = pl.DataFrame([{"report": "cleaning", "scope": ",".join(sorted(sizes)), "created":
+                           datetime.now(UTC).isoformat(timespec="seconds"), **written}], schema=REPORT_SCHEMA)
+    return dg.Output(frame, metadata={"path": written["path"], "datasets": len(sizes)})
+
+
+@dg.asset(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb", "html"},
+    automation_condition=EAGER,
+    ins={name: dg.AssetIn(dg.AssetKey(["correctness", name]))
+         for name in ("criterion_audit", "ue_sensitivity", "false_acceptance")},
+    description="HTML correctness report (reports/correctness.html): H_f vs F_f per task, the AUROC table with "
+                "reversals highlighted, false acceptance by error category.",
+)
+def correctness(criterion_audit: pl.DataFrame, ue_sensitivity: pl.DataFrame, false_acceptance: pl.DataFrame,
+                inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    from noisycal_platform.correctness.report import render_correctness_report
+
+    layout = inbox.layout
+    synthetic = (layout.generations.parent / "SYNTHETIC").is_file()
+    text = render_correctness_report(criterion_audit, ue_sensitivity, false_acceptance, synthetic=synthetic,
+                                     created=datetime.now(UTC).isoformat(timespec="seconds"))
+    written = _write(layout.reports / "correctness.html", text)
+    write_index(layout)
+    frame = pl.DataFrame([{"report": "correctness", "scope": "all", "created":
+                           datetime.now(UTC).isoformat(timespec="seconds"), **written}], schema=REPORT_SCHEMA)
+    return dg.Output(frame, metadata={"path": written["path"], "synthetic_inputs": synthetic})

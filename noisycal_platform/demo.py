@@ -85,6 +85,8 @@ def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     written["cleaning_truth"] = write_demo_cleaning_dataset(layout.home, name=DEMO_DATASET, seed=seed)
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)
+    # the correctness report states that these inputs are synthetic
+    atomic_write_text(layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n")
     return written
 
 

@@ -27,6 +27,7 @@ class SettingsResource(dg.ConfigurableResource):
     min_items_per_bin: int = 5          # statistical guard on the binned estimates
     # cleaning (seed 001)
     encoder_preset: str = "demo"        # demo | paper | ham_cpu
+    encoder_overrides: dict[str, float] = {}  # e.g. {"epochs": 20}: numeric EncoderConfig fields
     p_chance: float = 0.05
     p_plus: float = 0.05
     queue_max_per_type: int = 300

@@ -1,0 +1,425 @@
+"""Pure functions behind the cleaning assets (issue 3 §2): frames in, frames out, no Dagster.
+
+Asset -> function: ``cleaning/confirmation_queue`` -> :func:`confirmation_queue`;
+``raw/confirmations`` -> :func:`answers_from_records` (from ``protocol``);
+``cleaning/confirmed_issues`` -> :func:`confirmed_issues`;
+``cleaning/cleaned_file_list`` -> :func:`cleaned_file_list`; ``cleaning/label_error_prevalence`` ->
+:func:`label_error_prevalence`; ``cleaning/agreement`` -> :func:`agreement_table`;
+``cleaning/ranking_quality`` -> :func:`ranking_quality_table` (+ :func:`ranking_truth_table`,
+:func:`speedup`); ``cleaning/cleaning_impact`` -> :func:`cleaning_impact_table`; ``reports/cleaning`` ->
+:func:`render_cleaning_report`. Protocol definitions (effective answer, panel, unanimous, majority) are in
+:mod:`noisycal_platform.cleaning.protocol`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA, agreement_stats
+from noisycal_platform.cleaning.expert_lay import expert_lay_differences, expert_lay_tests
+from noisycal_platform.cleaning.impact import IMPACT_SCHEMA, cleaning_impact
+from noisycal_platform.cleaning.protocol import (
+    ANSWER_SCHEMA,
+    ISSUE_TYPES,
+    RULES,
+    aggregate_answers,
+    answers_from_records,
+    effective_answers,
+    label_error_prevalence_ci,
+    select_removals,
+    truncate_sessions,
+)
+from noisycal_platform.cleaning.ranking_quality import (
+    QUALITY_SCHEMA,
+    SPEEDUP_SCHEMA,
+    TRUTH_SCHEMA,
+    ranking_quality_by_annotator,
+    ranking_quality_vs_answers,
+    ranking_truth_table,
+    speedup_table,
+)
+from noisycal_platform.cleaning.report import render_cleaning_report
+from noisycal_platform.cleaning.sensitivity import stopping_sensitivity
+
+if TYPE_CHECKING:  # attribute access only (.order, .pairs); no runtime import needed
+    from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
+
+__all__ = [
+    "ANSWER_SCHEMA",
+    "CONFIRMED_SCHEMA",
+    "ISSUE_TABLE_SCHEMA",
+    "PREVALENCE_SCHEMA",
+    "QUALITY_SCHEMA",
+    "QUEUE_SCHEMA",
+    "SPEEDUP_SCHEMA",
+    "TRUTH_SCHEMA",
+    "agreement_table",
+    "annotator_ranking_quality",
+    "answers_from_records",
+    "cleaned_file_list",
+    "cleaning_impact_table",
+    "confirmation_queue",
+    "confirmed_issues",
+    "expert_lay_table",
+    "issue_table",
+    "label_error_prevalence",
+    "ranking_quality_table",
+    "ranking_truth_table",
+    "removed_files",
+    "render_cleaning_report",
+    "sensitivity_table",
+    "speedup",
+]
+
+QUEUE_SCHEMA: dict[str, pl.DataType] = {
+    "dataset": pl.String(),
+    "issue_type": pl.String(),
+    "position": pl.Int64(),
+    "item_id": pl.String(),
+    "item_id_2": pl.String(),
+    "label": pl.String(),
+}
+CONFIRMED_SCHEMA: dict[str, pl.DataType] = {
+    **QUEUE_SCHEMA,  # position null for answered candidates no longer in the queue
+    "n_yes": pl.Int64(),
+    "n_no": pl.Int64(),
+    "n_annotators": pl.Int64(),
+    "n_panel": pl.Int64(),
+    "seen_by_all": pl.Boolean(),
+    "unanimous": pl.Boolean(),
+    "majority": pl.Boolean(),
+}
+PREVALENCE_SCHEMA: dict[str, pl.DataType] = {
+    "dataset": pl.String(),
+    "rule": pl.String(),
+    "n_label_errors": pl.Int64(),
+    "n_items": pl.Int64(),
+    "prevalence": pl.Float64(),
+    "ci_low": pl.Float64(),
+    "ci_high": pl.Float64(),
+}
+ISSUE_TABLE_SCHEMA: dict[str, pl.DataType] = {
+    "dataset": pl.String(),
+    "size": pl.Int64(),
+    "rule": pl.String(),
+    "issue_type": pl.String(),
+    "n_issues": pl.Int64(),  # pairs for near_duplicate
+    "percent": pl.Float64(),  # 100 · n_issues / size (as in seed 001 Table 1)
+}
+
+
+# --------------------------------------------------------------------------------------------- queue
+def _check_files(files: pl.DataFrame, need: Sequence[str] = ("file_name", "label")) -> None:
+    missing = [c for c in need if c not in files.columns]
+    if missing:
+        raise ValueError(f"files: missing columns {missing}")
+    if files["file_name"].null_count() or files["file_name"].n_unique() != files.height:
+        raise ValueError("files: file_name must be non-null and unique")
+
+
+def confirmation_queue(
+    dataset: str,
+    irrelevant: Ranking | None,
+    near_dups: PairRanking | None,
+    label_errors: Ranking | None,
+    files: pl.DataFrame,
+    max_per_type: int | None = None,
+) -> pl.DataFrame:
+    """Queue snapshot rows (``QUEUE_SCHEMA``) from the three rankings, most suspicious first.
+
+    ``irrelevant``/``label_errors``: ``Ranking`` (``.order`` = row indices into ``files``);
+    ``near_dups``: ``PairRanking`` (``.pairs`` k×2). ``files`` rows are in the index order the rankings
+    use. Pairs are stored with ``item_id < item_id_2``; ``label`` is set for label_error rows only.
+    ``max_per_type`` keeps the first candidates of each ranking (None = all).
+    """
+    if not isinstance(dataset, str) or not dataset:
+        raise ValueError(f"dataset must be a non-empty str, got {dataset!r}")
+    if max_per_type is not None and max_per_type < 0:
+        raise ValueError(f"max_per_type must be >= 0 or None, got {max_per_type}")
+    _check_files(files)
+    names = np.asarray(files["file_name"].to_list(), dtype=object)
+    labels = np.asarray(files["label"].cast(pl.String).to_list(), dtype=object)
+    n = len(names)
+    lim = slice(None) if max_per_type is None else slice(0, max_per_type)
+    parts = []
+    for it, r in (("irrelevant", irrelevant), ("label_error", label_errors)):
+        if r is None:
+            continue
+        order = np.asarray(r.order, dtype=np.int64)[lim]
+        if order.size and (order.min() < 0 or order.max() >= n):
+            raise ValueError(
+                f"{it} ranking: order index out of range [0, {n}), got {order.min()}..{order.max()}"
+            )
+        parts.append(
+            pl.DataFrame(
+                {
+                    "dataset": [dataset] * order.size,
+                    "issue_type": [it] * order.size,
+                    "position": np.arange(order.size, dtype=np.int64),
+                    "item_id": names[order].tolist(),
+                    "item_id_2": [None] * order.size,
+                    "label": labels[order].tolist() if it == "label_error" else [None] * order.size,
+                },
+                schema=QUEUE_SCHEMA,
+            )
+        )
+    if near_dups is not None:
+        pairs = np.asarray(near_dups.pairs, dtype=np.int64).reshape(-1, 2)[lim]
+        if pairs.size and (pairs.min() < 0 or pairs.max() >= n or (pairs[:, 0] == pairs[:, 1]).any()):
+            raise ValueError(
+                f"near_dups: pairs must be distinct indices in [0, {n}), got {pairs[:3].tolist()}"
+            )
+        a, b = names[pairs[:, 0]], names[pairs[:, 1]]
+        swap = a > b
+        lo, hi = np.where(swap, b, a), np.where(swap, a, b)
+        k = pairs.shape[0]
+        parts.append(
+            pl.DataFrame(
+                {
+                    "dataset": [dataset] * k,
+                    "issue_type": ["near_duplicate"] * k,
+                    "position": np.arange(k, dtype=np.int64),
+                    "item_id": lo.tolist(),
+                    "item_id_2": hi.tolist(),
+                    "label": [None] * k,
+                },
+                schema=QUEUE_SCHEMA,
+            )
+        )
+    if not parts:
+        return pl.DataFrame(schema=QUEUE_SCHEMA)
+    return pl.concat(parts).sort(["issue_type", "position"])
+
+
+def _effective(answers: pl.DataFrame, roles: Sequence[str] | None, n_stop: int | None) -> pl.DataFrame:
+    eff = effective_answers(answers)
+    if roles is not None:
+        eff = eff.filter(pl.col("role").is_in(list(roles)))
+    if n_stop is not None:
+        eff = truncate_sessions(eff, n_stop)
+    return eff
+
+
+# ----------------------------------------------------------------------------------------- confirmed
+def confirmed_issues(
+    answers: pl.DataFrame,
+    queue: pl.DataFrame,
+    *,
+    roles: Sequence[str] | None = ("expert",),
+    n_stop: int | None = None,
+) -> pl.DataFrame:
+    """Per candidate: n_yes, n_no, n_annotators, n_panel, seen_by_all, unanimous, majority.
+
+    Schema ``CONFIRMED_SCHEMA``.
+
+    All queue rows, plus answered candidates of the queue's datasets that are not in the queue (position
+    null); answers for other datasets are ignored. Panel = annotators of the
+    given ``roles`` (None = all) who answered that (dataset, issue_type); see ``protocol``. ``n_stop``
+    re-applies the stopping rule to the recorded sessions (None = take the answers as recorded).
+    """
+    datasets = queue["dataset"].unique().to_list()
+    answers = answers.filter(pl.col("dataset").is_in(datasets))
+    agg = aggregate_answers(_effective(answers, roles, n_stop), roles=None)
+    q = queue.select(list(QUEUE_SCHEMA)).with_columns(pl.col("item_id_2").fill_null("").alias("_k2"))
+    a = agg.with_columns(pl.col("item_id_2").fill_null("").alias("_k2")).drop("item_id_2")
+    key = ["dataset", "issue_type", "item_id", "_k2"]
+    out = q.join(a, on=key, how="full", coalesce=True)
+    out = out.with_columns(
+        pl.when(pl.col("_k2") == "").then(None).otherwise(pl.col("_k2")).alias("item_id_2")
+    )
+    panel = agg.group_by(["dataset", "issue_type"]).agg(pl.col("n_panel").max().alias("_p"))
+    out = out.join(panel, on=["dataset", "issue_type"], how="left").with_columns(
+        pl.col("n_yes").fill_null(0),
+        pl.col("n_no").fill_null(0),
+        pl.col("n_annotators").fill_null(0),
+        pl.col("_p").fill_null(0).alias("n_panel"),
+    )
+    out = out.with_columns(
+        ((pl.col("n_annotators") == pl.col("n_panel")) & (pl.col("n_panel") > 0)).alias("seen_by_all"),
+        ((pl.col("n_yes") == pl.col("n_panel")) & (pl.col("n_panel") > 0)).alias("unanimous"),
+        (2 * pl.col("n_yes") > pl.col("n_panel")).alias("majority"),
+    )
+    return (
+        out.select(list(CONFIRMED_SCHEMA))
+        .cast(CONFIRMED_SCHEMA)
+        .sort(["dataset", "issue_type", "position", "item_id", "item_id_2"], nulls_last=True)
+    )
+
+
+def _check_rule(rule: str) -> None:
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+
+
+def removed_files(
+    files: pl.DataFrame, confirmed: pl.DataFrame, rule: str = "unanimous", seed: int = 0
+) -> pl.DataFrame:
+    """Files the cleaning removes under ``rule``: columns file_name, reason ("irrelevant"|"near_duplicate").
+
+    Confirmed irrelevant files, and for each connected group of confirmed near-duplicate pairs all but one
+    seeded random member (``protocol.select_removals``). Label errors are never removed (seed 001 §3.4).
+    Candidates naming files absent from ``files`` are ignored.
+    """
+    _check_rule(rule)
+    _check_files(files, ("file_name",))
+    names = set(files["file_name"].to_list())
+    c = confirmed.filter(pl.col(rule))
+    irr = [f for f in c.filter(pl.col("issue_type") == "irrelevant")["item_id"].to_list() if f in names]
+    nd = c.filter(pl.col("issue_type") == "near_duplicate")
+    pairs = [
+        (a, b)
+        for a, b in zip(nd["item_id"].to_list(), nd["item_id_2"].to_list(), strict=True)
+        if a in names and b in names
+    ]
+    rem = select_removals(irr, pairs, seed)
+    return pl.DataFrame(
+        {"file_name": list(rem), "reason": list(rem.values())},
+        schema={"file_name": pl.String(), "reason": pl.String()},
+    ).sort("file_name")
+
+
+def cleaned_file_list(
+    files: pl.DataFrame, confirmed: pl.DataFrame, rule: str = "unanimous", seed: int = 0
+) -> pl.DataFrame:
+    """Kept files (one column ``file_name``, in ``files`` order) = ``files`` minus :func:`removed_files`."""
+    rem = removed_files(files, confirmed, rule, seed)
+    return files.select("file_name").filter(~pl.col("file_name").is_in(rem["file_name"].to_list()))
+
+
+def label_error_prevalence(
+    confirmed: pl.DataFrame, files: pl.DataFrame, *, dataset: str | None = None
+) -> pl.DataFrame:
+    """Estimated label-error prevalence per rule: confirmed label errors / N with a Clopper-Pearson 95% CI.
+
+    Reported, not corrected (seed 001 §3.4); a lower bound because only the top of the ranking is reviewed.
+    """
+    _check_files(files, ("file_name",))
+    ds = dataset or (confirmed["dataset"][0] if confirmed.height else "")
+    le = confirmed.filter((pl.col("issue_type") == "label_error") & (pl.col("dataset") == ds))
+    names = set(files["file_name"].to_list())
+    rows = []
+    for rule in RULES:
+        k = len({f for f in le.filter(pl.col(rule))["item_id"].to_list() if f in names})
+        p, lo, hi = label_error_prevalence_ci(k, files.height)
+        rows.append(
+            dict(
+                dataset=ds,
+                rule=rule,
+                n_label_errors=k,
+                n_items=files.height,
+                prevalence=p,
+                ci_low=lo,
+                ci_high=hi,
+            )
+        )
+    return pl.DataFrame(rows, schema=PREVALENCE_SCHEMA)
+
+
+def issue_table(confirmed: pl.DataFrame, sizes: Mapping[str, int]) -> pl.DataFrame:
+    """Seed 001 Table 1: confirmed issues per dataset, rule and issue type, count and % of dataset size."""
+    rows = []
+    for ds in sorted(sizes):
+        part = confirmed.filter(pl.col("dataset") == ds)
+        for rule in RULES:
+            for it in ISSUE_TYPES:
+                k = int(part.filter((pl.col("issue_type") == it) & pl.col(rule)).height)
+                rows.append(
+                    dict(
+                        dataset=ds,
+                        size=int(sizes[ds]),
+                        rule=rule,
+                        issue_type=it,
+                        n_issues=k,
+                        percent=100.0 * k / sizes[ds] if sizes[ds] else float("nan"),
+                    )
+                )
+    return pl.DataFrame(rows, schema=ISSUE_TABLE_SCHEMA)
+
+
+# ----------------------------------------------------------------------------------------- statistics
+def agreement_table(
+    answers: pl.DataFrame, *, roles: Sequence[str] | None = None, n_boot: int = 1000, seed: int = 0
+) -> pl.DataFrame:
+    """Krippendorff α and pairwise Cohen κ with bootstrap CIs and bands (``AGREEMENT_SCHEMA``)."""
+    eff = _effective(answers, roles, None)
+    if eff.height == 0:
+        return pl.DataFrame(schema=AGREEMENT_SCHEMA)
+    return agreement_stats(eff, n_boot=n_boot, seed=seed)
+
+
+def ranking_quality_table(confirmed: pl.DataFrame) -> pl.DataFrame:
+    """Ranking vs unanimous answers on candidates the whole panel answered (``QUALITY_SCHEMA``)."""
+    if confirmed.height == 0:
+        return pl.DataFrame(schema=QUALITY_SCHEMA)
+    return ranking_quality_vs_answers(confirmed)
+
+
+def annotator_ranking_quality(answers: pl.DataFrame, *, roles: Sequence[str] | None = None) -> pl.DataFrame:
+    """Ranking vs each annotator's own answers (``QUALITY_SCHEMA`` + annotator_id, role)."""
+    return ranking_quality_by_annotator(_effective(answers, roles, None))
+
+
+def speedup(
+    answers: pl.DataFrame, sizes: Mapping[str, int], *, roles: Sequence[str] | None = ("expert",)
+) -> pl.DataFrame:
+    """Speed-up factors with micro/macro averages (``ranking_quality.SPEEDUP_SCHEMA``); datasets not in
+    ``sizes`` are left out."""
+    answers = answers.filter(pl.col("dataset").is_in(list(sizes)))
+    return speedup_table(_effective(answers, roles, None), dict(sizes))
+
+
+def cleaning_impact_table(
+    predictions: pl.DataFrame,
+    files: pl.DataFrame,
+    cleaned: pl.DataFrame,
+    *,
+    dataset: str,
+    model_version: str,
+    rule: str = "unanimous",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """A model's AUROC/AP/AUPRG before vs after cleaning, paired bootstrap of the difference.
+
+    ``predictions``: file_name, score in [0, 1], target in {0, 1} (models/<version>/cleaning/<dataset>.csv);
+    every file_name must be in ``files``. ``cleaned``: the kept file_name list. Columns: dataset,
+    model_version, rule + ``impact.IMPACT_SCHEMA``.
+    """
+    _check_rule(rule)
+    missing = [c for c in ("file_name", "score", "target") if c not in predictions.columns]
+    if missing:
+        raise ValueError(f"predictions: missing columns {missing}")
+    unknown = predictions.filter(~pl.col("file_name").is_in(files["file_name"].to_list()))
+    if unknown.height:
+        raise ValueError(
+            f"predictions: file_name not in dataset {dataset!r}: {unknown['file_name'].head(5).to_list()}"
+        )
+    if predictions["file_name"].n_unique() != predictions.height:
+        raise ValueError(f"predictions: file_name must be unique for dataset {dataset!r}")
+    keep = predictions["file_name"].is_in(cleaned["file_name"].to_list()).to_numpy()
+    res = cleaning_impact(
+        predictions["target"].to_numpy(), predictions["score"].to_numpy(), keep, n_boot=n_boot, seed=seed
+    )
+    return res.select(
+        pl.lit(dataset).alias("dataset"),
+        pl.lit(model_version).alias("model_version"),
+        pl.lit(rule).alias("rule"),
+        *IMPACT_SCHEMA,
+    )
+
+
+def sensitivity_table(answers: pl.DataFrame, *, roles: Sequence[str] | None = ("expert",)) -> pl.DataFrame:
+    """Stopping-rule sensitivity (``sensitivity.SENSITIVITY_SCHEMA``)."""
+    return stopping_sensitivity(effective_answers(answers), roles=roles)
+
+
+def expert_lay_table(
+    answers: pl.DataFrame, *, n_perm: int = 10_000, seed: int = 0, by_reference: bool = False
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(differences κ(ref, expert) − κ(ref, lay), sign-flip tests) — see ``expert_lay``."""
+    diffs = expert_lay_differences(effective_answers(answers))
+    return diffs, expert_lay_tests(diffs, n_perm=n_perm, seed=seed, by_reference=by_reference)

@@ -1,0 +1,67 @@
+"""The code location loads, and its asset keys are a literal list: renaming an asset is a reviewed diff."""
+
+import dagster as dg
+
+from definitions import build_definitions
+
+ASSET_KEYS = [
+    "calibration/channel_estimates", "calibration/nc_ece_by_bin", "calibration/nc_ece_report",
+    "calibration/recalibration_report", "calibration/recalibrators",
+    "cleaning/agreement", "cleaning/annotation_speedup", "cleaning/cleaned_file_list", "cleaning/cleaning_impact",
+    "cleaning/confirmation_queue", "cleaning/confirmed_issues", "cleaning/embeddings",
+    "cleaning/expert_lay_differences", "cleaning/expert_lay_tests", "cleaning/label_error_prevalence",
+    "cleaning/rank_irrelevant", "cleaning/rank_label_errors", "cleaning/rank_near_duplicates",
+    "cleaning/ranking_quality", "cleaning/ranking_vs_truth", "cleaning/ssl_encoder", "cleaning/stopping_sensitivity",
+    "correctness/criterion_audit", "correctness/criterion_decisions", "correctness/false_acceptance",
+    "correctness/ue_scores", "correctness/ue_sensitivity",
+    "raw/annotations", "raw/audit_labels", "raw/confirmations", "raw/generations", "raw/images", "raw/predictions",
+    "raw/reference_labels",
+    "reports/calibration", "reports/cleaning", "reports/correctness",
+    "staging/stg_annotations",
+]
+CHECKS = ["annotations_contract", "channel_gap_not_zero", "em_converged", "enough_items_per_bin",
+          "nc_ece_within_limit", "predictions_contract"]
+SENSORS = ["annotation_sensor", "automation", "confirmation_sensor", "dataset_sensor", "generations_sensor",
+           "model_version_sensor", "reference_sensor"]
+
+
+def test_definitions_load_with_the_expected_graph(tmp_path):
+    defs = build_definitions(tmp_path)
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == ASSET_KEYS
+    assert sorted(c.name for c in graph.asset_check_keys) == CHECKS
+    assert sorted(s.name for s in defs.sensors) == SENSORS
+    assert [s.name for s in defs.schedules] == ["quality_monitor"]
+
+
+def test_every_sensor_and_schedule_starts_running(tmp_path):
+    defs = build_definitions(tmp_path)
+    assert all(s.default_status == dg.DefaultSensorStatus.RUNNING for s in defs.sensors)
+    assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in defs.schedules)
+
+
+def test_every_warehouse_asset_is_in_the_duckdb_pool(tmp_path):
+    graph = build_definitions(tmp_path).resolve_asset_graph()
+    pools = {k.to_user_string(): graph.get(k).pools for k in graph.materializable_asset_keys}
+    assert {k for k, p in pools.items() if p != {"duckdb"}} == set()
+
+
+def test_lineage_of_the_calibration_chain(tmp_path):
+    graph = build_definitions(tmp_path).resolve_asset_graph()
+
+    def parents(key: str) -> set[str]:
+        return {p.to_user_string() for p in graph.get(dg.AssetKey(key.split("/"))).parent_keys}
+
+    assert parents("calibration/channel_estimates") == {"raw/annotations", "raw/predictions"}
+    assert parents("calibration/nc_ece_by_bin") == {"calibration/channel_estimates", "raw/predictions",
+                                                    "staging/stg_annotations"}
+    assert "calibration/recalibration_report" in parents("reports/calibration")
+
+
+def test_quality_monitor_schedule_requests_a_run(tmp_path):
+    defs = build_definitions(tmp_path)
+    schedule = defs.get_schedule_def("quality_monitor")
+    assert schedule.cron_schedule == "0 6 * * *"
+    result = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=None))
+    assert len(result.run_requests) == 1
