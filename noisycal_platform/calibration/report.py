@@ -1,0 +1,227 @@
+"""Calibration report: self-contained HTML (reliability diagrams as base64 PNG) and a markdown summary.
+
+Pure functions of the pipeline frames (see `pipeline`); matplotlib is imported lazily and used through
+`matplotlib.figure.Figure` (no pyplot global state).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from .nc_ece import bin_index
+from .recalibration import naive_targets
+from .recalibration_tables import holdout_mask, recalibrators_from_table
+from .tables import AnnotationMatrix, _as_channel_table
+
+__all__ = ["calibration_summary_markdown", "render_calibration_report"]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return "—" if np.isnan(v) else f"{v:.4f}"
+    return html.escape(str(v))
+
+
+def _html_table(df: pl.DataFrame, columns: list[str] | None = None) -> str:
+    cols = [c for c in (columns or df.columns) if c in df.columns]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in cols) + "</tr>"
+        for row in df.iter_rows(named=True)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _bin_curve(p: np.ndarray, y: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keep = ~np.isnan(y)
+    b = bin_index(p[keep], n_bins)
+    n = np.bincount(b, minlength=n_bins)
+    sp = np.bincount(b, weights=p[keep], minlength=n_bins)
+    sy = np.bincount(b, weights=y[keep], minlength=n_bins)
+    nz = n > 0
+    return sp[nz] / n[nz], sy[nz] / n[nz], n[nz]
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _reliability_figure(panels: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray, str]]]]) -> str:
+    """Reliability panels, one per (title, curves); curve = (label, mean prediction, mean label, style)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.0 * len(panels), 4.6))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (title, curves) in zip(axes, panels, strict=True):
+        ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="perfect calibration")
+        for label, x, y, style in curves:
+            ax.plot(x, y, style, label=label, ms=4, lw=1.2)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(-0.1, 1.1)
+        ax.set_xlabel("mean predicted probability (bin)")
+        ax.set_ylabel("mean label (bin)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render_calibration_report(
+    matrix: AnnotationMatrix,
+    channel_table: pl.DataFrame,
+    nc_ece_report: pl.DataFrame,
+    recalibrators: pl.DataFrame | None = None,
+    recalibration_report: pl.DataFrame | None = None,
+    references: pl.DataFrame | None = None,
+    model_version: str = "",
+    n_bins: int = 15,
+) -> str:
+    """Self-contained HTML: channel table, NC-ECE vs naive ECEs, reliability diagrams, recalibration results.
+
+    Reliability diagram 1 (all scored items): per bin, mean corrected label (NC), soft vote (naive) and the
+    reference label where ``references`` is given. Diagram 2 (held-out items, `holdout_mask`): every fitted
+    recalibrator, against reference labels when available, else against corrected labels.
+    """
+    if matrix.scores is None:
+        raise ValueError("matrix has no scores; build it with predictions")
+    from .nc_ece import corrected_labels
+
+    ct = _as_channel_table(channel_table)
+    chans, w = ct.for_matrix(matrix)
+    s = matrix.scores
+    ytil = corrected_labels(matrix.values, chans, w)
+    soft = naive_targets(matrix.values, "soft_vote")
+    ref = None
+    if references is not None and references.height:
+        lut = dict(
+            zip(references["item_id"].cast(pl.Utf8).to_list(), references["label"].to_list(), strict=True)
+        )
+        ref = np.array([lut.get(i, np.nan) for i in matrix.item_ids], dtype=float)
+    curves = [
+        ("noise-corrected label (NC)", *_bin_curve(s, ytil, n_bins)[:2], "o-"),
+        ("soft vote (naive)", *_bin_curve(s, soft, n_bins)[:2], "s--"),
+    ]
+    if ref is not None:
+        curves.append(("reference label", *_bin_curve(s, ref, n_bins)[:2], "^:"))
+    fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)])
+    fig2 = ""
+    if recalibrators is not None and recalibrators.height:
+        ev = holdout_mask(matrix.item_ids)
+        target = ref if ref is not None else ytil
+        tname = "reference label" if ref is not None else "corrected label"
+        base = ("base (not recalibrated)", *_bin_curve(s[ev], target[ev], n_bins)[:2], "k.:")
+        panels = []
+        for corrected in (True, False):
+            curves2 = [base]
+            for (name, r), style in zip(
+                (
+                    (k, v)
+                    for k, v in recalibrators_from_table(recalibrators).items()
+                    if v.corrected == corrected
+                ),
+                ("o-", "s-", "^-", "v-", "x-"),
+                strict=False,
+            ):
+                curves2.append((name, *_bin_curve(r.predict(s[ev]), target[ev], n_bins)[:2], style))
+            kind = "corrected (noise-corrected labels)" if corrected else "naive (noisy labels as truth)"
+            panels.append((f"{kind}\nheld-out items vs {tname}", curves2))
+        fig2 = _reliability_figure(panels)
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Calibration report {html.escape(model_version)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 7px;"
+        "text-align:right}th{background:#f3f3f3}img{border:1px solid #eee;margin:4px}"
+        ".note{color:#555;font-size:13px}</style></head><body>",
+        f"<h1>Calibration report — model {html.escape(model_version)}</h1>",
+        f"<p class='note'>{len(matrix.item_ids)} scored items, {len(matrix.annotator_ids)} annotators; "
+        f"{matrix.n_scored_unannotated} scored items without annotation (excluded), "
+        f"{matrix.n_annotated_unscored} annotated items without score (ignored). Bins: bin = "
+        f"min(floor(s·{n_bins}), {n_bins - 1}). NC-ECE = Σ_k |Σ_(i∈k)(Ỹ_i − s_i)| / N with "
+        "Ỹ_i = Σ_j w_j (A_ij − a_j)/δ_j renormalised "
+        "over the annotators present (Hanada &amp; Futami, Noisy-Label Calibration with Multiple Unreliable "
+        "Labels, §3).</p>",
+        "<h2>Annotator channels</h2>",
+        _html_table(
+            channel_table,
+            [
+                "annotator_id",
+                "fpr",
+                "fnr",
+                "gap",
+                "weight",
+                "n_labels",
+                "method",
+                "converged",
+                "prevalence",
+                "min_gap",
+            ],
+        ),
+        "<h2>Calibration error: noise-corrected vs naive</h2>",
+        _html_table(
+            nc_ece_report,
+            [
+                "estimator",
+                "annotator_id",
+                "value",
+                "ci_low",
+                "ci_high",
+                "n_items",
+                "n_excluded",
+                "min_items_per_bin",
+            ],
+        ),
+        "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (seed 000 §2.2); the CI is a "
+        "percentile bootstrap over items with the channels held fixed.</p>",
+        f"<img alt='reliability diagram' src='{fig1}'>",
+    ]
+    if fig2:
+        parts.append(f"<img alt='recalibration reliability diagram' src='{fig2}'>")
+    if recalibration_report is not None and recalibration_report.height:
+        parts += ["<h2>Recalibration (held-out items)</h2>", _html_table(recalibration_report)]
+    if recalibrators is not None:
+        refused = recalibrators.filter(pl.col("status") != "ok")
+        if refused.height:
+            parts += ["<h3>Refused fits</h3>", _html_table(refused, ["name", "status", "message"])]
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def calibration_summary_markdown(
+    channel_table: pl.DataFrame,
+    nc_ece_report: pl.DataFrame,
+    recalibration_report: pl.DataFrame | None = None,
+    model_version: str = "",
+) -> str:
+    """Short markdown for Dagster metadata: NC-ECE with CI, naive ECEs, channels, best recalibrator."""
+    lines = [f"**Model {model_version}**" if model_version else "**Calibration**"]
+    nc = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
+    if nc.height:
+        r = nc.row(0, named=True)
+        lines.append(
+            f"- NC-ECE: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})"
+        )
+    for r in nc_ece_report.filter(pl.col("estimator") != "nc_ece").iter_rows(named=True):
+        who = r["annotator_id"] or r["estimator"].removeprefix("naive_")
+        lines.append(f"- naive ECE ({who}): {_fmt(r['value'])}")
+    lines += ["", "| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
+    for r in channel_table.iter_rows(named=True):
+        lines.append(
+            f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |"
+        )
+    if recalibration_report is not None and recalibration_report.height:
+        col = "ece" if recalibration_report["ece"].null_count() < recalibration_report.height else "nc_ece"
+        best = recalibration_report.sort(col, nulls_last=True).row(0, named=True)
+        lines += ["", f"Best on held-out {col}: **{best['name']}** ({_fmt(best[col])})"]
+    return "\n".join(lines)
