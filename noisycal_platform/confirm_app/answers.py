@@ -1,0 +1,292 @@
+"""The per-annotator answer log ``inbox/confirmations/<annotator_id>.jsonl`` and the session state derived
+from it.
+
+Records follow CONVENTIONS ("Confirmation answer record"); nothing is ever erased: an undo is a record of its
+own naming the answer it cancels. The state of a session (dataset, issue type) is a replay of the log, so a
+closed browser, a restart or a second tab all see the same state. The stopping rule (seed 001 §3.3): walk the
+ranking in order; stop after ``stopping_count`` consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋,
+which the pipeline has already put in the snapshot's meta JSON.
+
+Writes take a per-annotator lock (a thread lock plus ``flock`` on the log itself), re-derive the state under
+the lock, append one line with a single ``write`` and ``fsync`` before returning, so an acknowledged answer
+survives a SIGKILL and two tabs never record the same candidate twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
+
+__all__ = [
+    "AnswerLog",
+    "Outcome",
+    "SessionState",
+    "effective_answers",
+    "read_records",
+    "session_state",
+]
+
+FinishReason = Literal["stopping_rule", "exhausted"]
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every parseable JSON object line of ``path`` (none if it does not exist). A torn last line (power loss
+    mid-write) is skipped, never repaired in place."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return _parse(data)
+
+
+def _parse(data: bytes) -> list[dict]:
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def effective_answers(records: Iterable[dict], dataset: str, issue_type: str) -> list[dict]:
+    """The yes/no records of one session that no undo cancels, in log order. An undo that names an undo
+    restores what that one cancelled (the same rule as ``cleaning.protocol.effective_answers``; this app
+    itself only ever undoes yes/no answers)."""
+    order: dict[str, int] = {}
+    active: dict[str, dict] = {}
+    undone_by: dict[str, dict] = {}  # undo answer_id -> the record it cancelled
+    for i, r in enumerate(records):
+        if r.get("dataset") != dataset or r.get("issue_type") != issue_type:
+            continue
+        ans, aid = r.get("answer"), str(r.get("answer_id"))
+        if ans in ("yes", "no"):
+            active[aid] = r
+            order[aid] = i
+        elif ans == "undo":
+            target = str(r.get("undoes"))
+            if target in active:
+                undone_by[aid] = active.pop(target)
+            elif target in undone_by:
+                restored = undone_by.pop(target)
+                active[str(restored.get("answer_id"))] = restored
+    return sorted(active.values(), key=lambda r: order[str(r.get("answer_id"))])
+
+
+def _key(r: dict) -> tuple[str, str | None]:
+    b = r.get("item_id_2")
+    return pair_key(str(r.get("item_id")), None if b is None else str(b))
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """Where one annotator stands in one ranking."""
+
+    answered: int                   # candidates answered along the ranking (the walked prefix)
+    yes: int                        # of which "yes"
+    consecutive_no: int             # trailing run of "no" in that prefix
+    stopping_count: int
+    total: int                      # candidates in the ranking
+    next_index: int | None          # index (into the ranking list) of the next question; None when finished
+    finish_reason: FinishReason | None
+    last_answer: dict | None        # most recent effective answer (the one `u` undoes)
+    answers: dict[tuple[str, str | None], str]  # candidate key -> "yes"/"no"
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def started(self) -> bool:
+        return self.last_answer is not None
+
+
+def session_state(records: Iterable[dict], snap: QueueSnapshot, issue_type: str) -> SessionState:
+    """Replay the log for (snap.dataset, issue_type) and walk the ranking: O(answers), not O(ranking)."""
+    eff = effective_answers(records, snap.dataset, issue_type)
+    by_key = {_key(r): str(r["answer"]) for r in eff}
+    cands: list[Candidate] = snap.candidates(issue_type)
+    n, stop = len(cands), snap.stopping_count
+    idx = run = yes = 0
+    reason: FinishReason | None = None
+    while idx < n:
+        ans = by_key.get(cands[idx].key)
+        if ans is None:
+            break
+        run = run + 1 if ans == "no" else 0
+        yes += ans == "yes"
+        idx += 1
+        if run >= stop:
+            reason = "stopping_rule"
+            break
+    if reason is None and idx >= n:
+        reason = "exhausted"
+    return SessionState(
+        answered=idx, yes=yes, consecutive_no=run, stopping_count=stop, total=n,
+        next_index=None if reason else idx, finish_reason=reason,
+        last_answer=eff[-1] if eff else None, answers=by_key,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write did: ``recorded`` (a line was appended), ``duplicate`` (already recorded: acknowledged,
+    nothing appended) or ``conflict`` (refused: nothing appended; ``detail`` says why)."""
+
+    kind: Literal["recorded", "duplicate", "conflict"]
+    detail: str = ""
+    record: dict | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+class AnswerLog:
+    """All annotators' logs under ``inbox/confirmations/``."""
+
+    def __init__(self, home: Path) -> None:
+        self.folder = Path(home) / "inbox" / "confirmations"
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def path(self, annotator_id: str) -> Path:
+        return self.folder / f"{annotator_id}.jsonl"
+
+    def records(self, annotator_id: str) -> list[dict]:
+        return read_records(self.path(annotator_id))
+
+    def all_records(self) -> dict[str, list[dict]]:
+        """annotator file stem -> records, for every log in the drop folder (admin page)."""
+        if not self.folder.is_dir():
+            return {}
+        return {p.stem: read_records(p) for p in sorted(self.folder.glob("*.jsonl")) if p.is_file()}
+
+    def _thread_lock(self, annotator_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(annotator_id, threading.Lock())
+
+    # --- writes ---
+    def answer(self, annotator_id: str, role: str, snap: QueueSnapshot, issue_type: str, position: int,
+               item_id: str, item_id_2: str | None, answer: str) -> Outcome:
+        """Record ``answer`` ("yes"/"no") for the candidate at ``position`` if it is the next one; acknowledge
+        a repeat for an already answered candidate without a second record."""
+        idx = snap.index_of(issue_type, position)
+        if idx is None:
+            return Outcome("conflict", f"no candidate at this position in the {issue_type} queue")
+        cand = snap.candidates(issue_type)[idx]
+        if cand.item_id != item_id or cand.item_id_2 != item_id_2:
+            return Outcome("conflict", "the queue changed since this page was loaded; reload it")
+
+        def decide(records: list[dict]) -> Outcome | dict:
+            st = session_state(records, snap, issue_type)
+            if cand.key in st.answers:
+                return Outcome("duplicate", "this candidate was already answered")
+            if st.finished:
+                return Outcome("conflict", "this session has already finished")
+            if st.next_index != idx:
+                return Outcome("conflict", "this is not the next question; reload the page")
+            return {
+                "answer_id": uuid.uuid4().hex, "dataset": snap.dataset, "issue_type": issue_type,
+                "item_id": cand.item_id, "item_id_2": cand.item_id_2, "annotator_id": annotator_id,
+                "role": role, "answer": answer, "undoes": None, "position": cand.position,
+                "timestamp": _now(),
+            }
+
+        return self._locked_append(annotator_id, decide)
+
+    def undo(self, annotator_id: str, role: str, snap: QueueSnapshot, issue_type: str,
+             undoes: str) -> Outcome:
+        """Record an undo of ``undoes`` if it is this session's most recent effective answer; acknowledge a
+        repeat (already undone) without a second record."""
+
+        def decide(records: list[dict]) -> Outcome | dict:
+            eff = effective_answers(records, snap.dataset, issue_type)
+            if eff and str(eff[-1].get("answer_id")) == undoes:
+                target = eff[-1]
+                return {
+                    "answer_id": uuid.uuid4().hex, "dataset": snap.dataset, "issue_type": issue_type,
+                    "item_id": target.get("item_id"), "item_id_2": target.get("item_id_2"),
+                    "annotator_id": annotator_id, "role": role, "answer": "undo", "undoes": undoes,
+                    "position": target.get("position"), "timestamp": _now(),
+                }
+            ds, t = snap.dataset, issue_type
+            same = [r for r in records if r.get("dataset") == ds and r.get("issue_type") == t]
+            if any(r.get("answer") == "undo" and r.get("undoes") == undoes for r in same):
+                return Outcome("duplicate", "this answer was already undone")
+            return Outcome("conflict", "only the most recent answer can be undone; reload the page")
+
+        return self._locked_append(annotator_id, decide)
+
+    def _locked_append(self, annotator_id: str, decide: Callable[[list[dict]], Outcome | dict]) -> Outcome:
+        path = self.path(annotator_id)
+        with self._thread_lock(annotator_id):
+            # First look without creating the file: a refused or duplicate request must leave no trace.
+            for create in (False, True):
+                flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+                if create:
+                    self.folder.mkdir(parents=True, exist_ok=True)
+                try:
+                    fd = os.open(path, flags, 0o644)
+                except FileNotFoundError:
+                    verdict = decide([])
+                    if isinstance(verdict, Outcome):
+                        return verdict
+                    continue  # needs a write: open again with O_CREAT, then re-decide under the lock
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    data = _read_all(fd)
+                    verdict = decide(_parse(data))
+                    if isinstance(verdict, Outcome):
+                        return verdict
+                    line = json.dumps(verdict, separators=(",", ":"), ensure_ascii=False) + "\n"
+                    payload = line.encode("utf-8")
+                    if data and not data.endswith(b"\n"):
+                        payload = b"\n" + payload  # never glue a record onto a torn line
+                    _write_all(fd, payload)
+                    os.fsync(fd)
+                    if not data:
+                        _fsync_dir(self.folder)  # a new file: make its directory entry durable too
+                    return Outcome("recorded", record=verdict)
+                finally:
+                    os.close(fd)  # closing releases the flock
+        raise RuntimeError("unreachable")  # pragma: no cover
+
+
+def _read_all(fd: int) -> bytes:
+    os.lseek(fd, 0, os.SEEK_SET)
+    chunks = []
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(folder: Path) -> None:
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
