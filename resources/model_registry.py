@@ -25,9 +25,13 @@ class ModelRegistryResource(dg.ConfigurableResource):
         return self.layout.predictions_file(version)
 
     def cleaning_scores_file(self, dataset: str) -> tuple[str, Path] | None:
-        """Newest version (by name order) that scored ``dataset``: ``models/<v>/cleaning/<dataset>.csv``."""
-        for version in reversed(self.versions()):
-            p = self.layout.models / version / "cleaning" / f"{dataset}.csv"
-            if p.is_file():
-                return version, p
+        """Newest version folder (by name order) that scored ``dataset``: ``models/<v>/cleaning/<dataset>.csv``.
+
+        A version needs no calibration predictions to take part in the cleaning-impact analysis."""
+        if not self.layout.models.is_dir():
+            return None
+        for folder in sorted(self.layout.models.iterdir(), reverse=True):
+            p = folder / "cleaning" / f"{dataset}.csv"
+            if folder.is_dir() and p.is_file():
+                return folder.name, p
         return None
