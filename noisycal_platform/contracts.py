@@ -86,11 +86,9 @@ def validate_frame(frame, contract: TableContract) -> dict:
     Returns ``{"success": bool, "failed": [{"expectation", "column", "unexpected_count", "examples"}],
     "evaluated": int}``. GE is imported here, not at module import (it costs ~3 s per process, STACK.md).
     """
-    import os
-
-    os.environ.setdefault("TQDM_DISABLE", "1")  # GE draws progress bars on stderr for every validation
     import great_expectations as gx
     import great_expectations.expectations as gxe
+    from great_expectations.data_context.types.base import ProgressBarsConfig
 
     expectations = []
     for spec in contract.columns:
@@ -112,6 +110,7 @@ def validate_frame(frame, contract: TableContract) -> dict:
         expectations.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.unique_key)))
 
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm bars on stderr per validation
     batch_def = (
         context.data_sources.add_pandas(name=f"{contract.name}_source")
         .add_dataframe_asset(name=contract.name)
