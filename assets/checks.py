@@ -3,6 +3,7 @@
 Check names are module constants so tests and the UI refer to the same strings.
 """
 
+import dataclasses
 
 import dagster as dg
 import polars as pl
@@ -39,7 +40,10 @@ def annotations_contract(annotations: pl.DataFrame) -> dg.AssetCheckResult:
 @dg.asset_check(asset=PREDICTIONS, name=PREDICTIONS_CONTRACT, blocking=True,
                 description="Great Expectations: the predictions contract (ids unique, score in [0, 1]).")
 def predictions_contract(predictions: pl.DataFrame) -> dg.AssetCheckResult:
-    return _contract_result(predictions, contracts.PREDICTIONS)
+    # the stored table holds every version: an item is unique within its model version
+    stored = dataclasses.replace(contracts.PREDICTIONS, unique_key=("model_version", "item_id"),
+                                 columns=(*contracts.PREDICTIONS.columns, contracts.ColumnSpec("model_version", "id")))
+    return _contract_result(predictions, stored)
 
 
 # ---------------------------------------------------------------------------------- calibration guards

@@ -204,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "annotators" and args.action in ("add", "revoke") and not args.name:
         print(f"usage: noisycal annotators {args.action} NAME", file=sys.stderr)
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, PermissionError) as exc:  # user errors: a message, not a traceback
+        print(f"noisycal {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from noisycal_platform.confirm_app import add_annotator
 
 from .conftest import LAUNCH_ARGS
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.browser]
 
 Q = "/q/derm/irrelevant"
 IMAGES_LOADED = ("() => Array.from(document.querySelectorAll('#images img'))"
@@ -198,6 +198,8 @@ def test_tick_ingests_answers_into_the_warehouse(served):
     fx = served["fx"]
     # the pipeline knows the dataset by path (so cleaning/confirmed_issues has its partition)
     (fx.home / "datasets.json").write_text(json.dumps({"derm": str(fx.root)}))
+    # a one-epoch, one-block encoder: this test is about the answers' path, not embedding quality
+    (fx.home / "settings.json").write_text(json.dumps({"encoder_overrides": {"epochs": 1, "depth": 1}}))
     records = [json.loads(line) for p in sorted((fx.home / "inbox" / "confirmations").glob("*.jsonl"))
                for line in p.read_text().splitlines()]
     assert records, "the browser test above should have written answers"

