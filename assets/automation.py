@@ -12,7 +12,6 @@
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
-
 import hashlib
 import json
 
@@ -25,15 +24,26 @@ from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
 __all__ = [
-    "annotation_sensor", "confirmation_sensor", "generations_sensor", "reference_sensor", "dataset_sensor", "model_version_sensor",
-    "quality_monitor", "quality_monitor_job", "SENSORS", "SCHEDULES", "JOBS", "automation_sensor",
+    "JOBS",
+    "SCHEDULES",
+    "SENSORS",
+    "annotation_sensor",
+    "automation_sensor",
+    "confirmation_sensor",
+    "dataset_sensor",
+    "generations_sensor",
+    "model_version_sensor",
+    "quality_monitor",
+    "quality_monitor_job",
+    "reference_sensor",
 ]
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
 
 quality_monitor_job = dg.define_asset_job(
     "quality_monitor_job",
-    selection=dg.AssetSelection.groups("reports") | dg.AssetSelection.groups("reports").upstream(depth=1).checks(),
+    selection=dg.AssetSelection.groups("reports")
+    | dg.AssetSelection.groups("reports").upstream(depth=1).checks(),
     description="Daily: rebuild the reports and run the asset checks of what they summarise.",
 )
 
@@ -48,8 +58,11 @@ def annotation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource)
     requested.update(h for _, h in new)
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(run_key=f"annotations-{h}", asset_selection=[ANNOTATIONS],
-                          tags={"noisycal/batch": p.name, "noisycal/sha256": h})
+            dg.RunRequest(
+                run_key=f"annotations-{h}",
+                asset_selection=[ANNOTATIONS],
+                tags={"noisycal/batch": p.name, "noisycal/sha256": h},
+            )
             for p, h in new
         ],
         cursor=json.dumps(sorted(requested)),
@@ -73,8 +86,11 @@ def _folder_fingerprint(*folders) -> str:
     parts = []
     for folder in folders:
         if folder.is_dir():
-            parts += [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.iterdir())
-                      if p.is_file() and not p.name.startswith(".")]
+            parts += [
+                f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}"
+                for p in sorted(folder.iterdir())
+                if p.is_file() and not p.name.startswith(".")
+            ]
     return "|".join(parts)
 
 
@@ -86,7 +102,9 @@ def generations_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource
         return dg.SensorResult(skip_reason=dg.SkipReason("no new generations or audit labels"))
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])],
+        run_requests=[
+            dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])
+        ],
         cursor=fingerprint,
     )
 
@@ -106,7 +124,9 @@ def reference_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) 
 
 
 @dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=30)
-def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource) -> dg.SensorResult:
+def model_version_sensor(
+    context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource
+) -> dg.SensorResult:
     """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded."""
     known = set(context.instance.get_dynamic_partitions(MODEL_VERSIONS.name))
     new = [v for v in model_registry.versions() if v not in known]
@@ -114,7 +134,9 @@ def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: Mo
         return dg.SensorResult(skip_reason=dg.SkipReason("no new model versions"))
     return dg.SensorResult(
         dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new)],
-        run_requests=[dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new],
+        run_requests=[
+            dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new
+        ],
     )
 
 
@@ -127,7 +149,9 @@ def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) ->
         return dg.SensorResult(skip_reason=dg.SkipReason("no new datasets"))
     return dg.SensorResult(
         dynamic_partitions_requests=[DATASETS.build_add_request(new)],
-        run_requests=[dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new],
+        run_requests=[
+            dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new
+        ],
     )
 
 
@@ -144,7 +168,14 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation", target=dg.AssetSelection.all(), default_status=RUNNING, minimum_interval_seconds=30
 )
 
-SENSORS = [annotation_sensor, confirmation_sensor, reference_sensor, model_version_sensor, dataset_sensor,
-           generations_sensor, automation_sensor]
+SENSORS = [
+    annotation_sensor,
+    confirmation_sensor,
+    reference_sensor,
+    model_version_sensor,
+    dataset_sensor,
+    generations_sensor,
+    automation_sensor,
+]
 SCHEDULES = [quality_monitor]
 JOBS = [quality_monitor_job]

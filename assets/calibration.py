@@ -24,8 +24,13 @@ RECALIBRATORS = dg.AssetKey([STAGE, "recalibrators"])
 RECALIBRATION_REPORT = dg.AssetKey([STAGE, "recalibration_report"])
 
 _COMMON = dict(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-    partitions_def=MODEL_VERSIONS, metadata={"partition_expr": MODEL_VERSION_COLUMN}, automation_condition=EAGER,
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    partitions_def=MODEL_VERSIONS,
+    metadata={"partition_expr": MODEL_VERSION_COLUMN},
+    automation_condition=EAGER,
 )
 
 
@@ -42,23 +47,37 @@ def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> "cal.Annota
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.select(columns).iter_rows():
-        rows.append("| " + " | ".join(f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r) + " |")
+        rows.append(
+            "| " + " | ".join(f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r) + " |"
+        )
     return "\n".join(rows)
 
 
-@dg.asset(**_COMMON, ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
-          description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
-                      "diagnostics for the items this model version scored (seed 000 §4).")
-def channel_estimates(context: dg.AssetExecutionContext, annotations: pl.DataFrame, predictions: pl.DataFrame,
-                      settings: SettingsResource) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
+    "diagnostics for the items this model version scored (seed 000 §4).",
+)
+def channel_estimates(
+    context: dg.AssetExecutionContext,
+    annotations: pl.DataFrame,
+    predictions: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
     matrix = _matrix(annotations, predictions)
     try:
         table = cal.channel_estimates_table(
-            matrix, method=settings.channel_method, weights=settings.weight_rule, n_bins=settings.n_bins,
+            matrix,
+            method=settings.channel_method,
+            weights=settings.weight_rule,
+            n_bins=settings.n_bins,
             seed=settings.seed,
         )
     except NotIdentifiableError as exc:
-        raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
+        raise dg.Failure(
+            description=f"channels not identifiable for {context.partition_key}: {exc}"
+        ) from None
     return dg.Output(
         _tag(table, context.partition_key),
         metadata={
@@ -66,19 +85,34 @@ def channel_estimates(context: dg.AssetExecutionContext, annotations: pl.DataFra
             "converged": bool(table["converged"].all()),
             "min_gap": float(table["min_gap"][0]),
             "prevalence": float(table["prevalence"][0]),
-            "channels": dg.MetadataValue.md(_md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])),
+            "channels": dg.MetadataValue.md(
+                _md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])
+            ),
         },
     )
 
 
-@dg.asset(**_COMMON, ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
-          description="NC-ECE with a bootstrap CI beside naive ECE under majority vote, soft vote and each "
-                      "single annotator (seed 000 §3, §6).")
-def nc_ece_report(context: dg.AssetExecutionContext, annotations: pl.DataFrame, predictions: pl.DataFrame,
-                  channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    description="NC-ECE with a bootstrap CI beside naive ECE under majority vote, soft vote and each "
+    "single annotator (seed 000 §3, §6).",
+)
+def nc_ece_report(
+    context: dg.AssetExecutionContext,
+    annotations: pl.DataFrame,
+    predictions: pl.DataFrame,
+    channel_estimates: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
     matrix = _matrix(annotations, predictions)
-    table = cal.nc_ece_report_table(matrix, channel_estimates, n_bins=settings.n_bins,
-                                    n_bootstrap=settings.n_bootstrap, seed=settings.seed)
+    table = cal.nc_ece_report_table(
+        matrix,
+        channel_estimates,
+        n_bins=settings.n_bins,
+        n_bootstrap=settings.n_bootstrap,
+        seed=settings.seed,
+    )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.Output(
         _tag(table, context.partition_key),
@@ -86,18 +120,27 @@ def nc_ece_report(context: dg.AssetExecutionContext, annotations: pl.DataFrame, 
             "nc_ece": float(nc["value"]),
             "nc_ece_ci": f"[{nc['ci_low']:.4f}, {nc['ci_high']:.4f}]",
             "n_items": int(nc["n_items"]),
-            "estimators": dg.MetadataValue.md(_md_table(table, ["estimator", "annotator_id", "value", "ci_low",
-                                                                "ci_high"])),
+            "estimators": dg.MetadataValue.md(
+                _md_table(table, ["estimator", "annotator_id", "value", "ci_low", "ci_high"])
+            ),
         },
     )
 
 
-@dg.asset(**_COMMON, ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
-          description="Corrected-loss Platt/temperature and projected-histogram recalibrators, plus the naive "
-                      "baselines; parameters as JSON (exports/recalibrators/<version>/), never pickles (§5).")
-def recalibrators(context: dg.AssetExecutionContext, annotations: pl.DataFrame, predictions: pl.DataFrame,
-                  channel_estimates: pl.DataFrame, inbox: InboxResource,
-                  settings: SettingsResource) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    description="Corrected-loss Platt/temperature and projected-histogram recalibrators, plus the naive "
+    "baselines; parameters as JSON (exports/recalibrators/<version>/), never pickles (§5).",
+)
+def recalibrators(
+    context: dg.AssetExecutionContext,
+    annotations: pl.DataFrame,
+    predictions: pl.DataFrame,
+    channel_estimates: pl.DataFrame,
+    inbox: InboxResource,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
     matrix = _matrix(annotations, predictions)
     table = cal.recalibrators_table(matrix, channel_estimates, n_bins=settings.n_bins)
     folder = inbox.layout.recalibrator_exports / context.partition_key
@@ -112,18 +155,33 @@ def recalibrators(context: dg.AssetExecutionContext, annotations: pl.DataFrame, 
     )
 
 
-@dg.asset(**_COMMON, ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS),
-                          "reference_labels": dg.AssetIn(REFERENCE_LABELS)},
-          description="Recalibrators scored on held-out items: NC-ECE, naive ECE and, where clean reference "
-                      "labels exist, ECE, log loss and Brier score against them.")
-def recalibration_report(context: dg.AssetExecutionContext, annotations: pl.DataFrame, predictions: pl.DataFrame,
-                         channel_estimates: pl.DataFrame, recalibrators: pl.DataFrame, reference_labels: pl.DataFrame,
-                         settings: SettingsResource) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={
+        "annotations": dg.AssetIn(ANNOTATIONS),
+        "predictions": dg.AssetIn(PREDICTIONS),
+        "reference_labels": dg.AssetIn(REFERENCE_LABELS),
+    },
+    description="Recalibrators scored on held-out items: NC-ECE, naive ECE and, where clean reference "
+    "labels exist, ECE, log loss and Brier score against them.",
+)
+def recalibration_report(
+    context: dg.AssetExecutionContext,
+    annotations: pl.DataFrame,
+    predictions: pl.DataFrame,
+    channel_estimates: pl.DataFrame,
+    recalibrators: pl.DataFrame,
+    reference_labels: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
     matrix = _matrix(annotations, predictions)
     refs = reference_labels if reference_labels.height else None
-    table = cal.recalibration_report_table(matrix, recalibrators, channel_estimates, references=refs,
-                                           n_bins=settings.n_bins)
-    cols = ["name", "n_eval", "nc_ece", "naive_soft_vote_ece"] + (["ece", "log_loss", "brier"] if refs is not None
-                                                                   else [])
-    return dg.Output(_tag(table, context.partition_key),
-                     metadata={"table": dg.MetadataValue.md(_md_table(table, cols))})
+    table = cal.recalibration_report_table(
+        matrix, recalibrators, channel_estimates, references=refs, n_bins=settings.n_bins
+    )
+    cols = ["name", "n_eval", "nc_ece", "naive_soft_vote_ece"] + (
+        ["ece", "log_loss", "brier"] if refs is not None else []
+    )
+    return dg.Output(
+        _tag(table, context.partition_key), metadata={"table": dg.MetadataValue.md(_md_table(table, cols))}
+    )

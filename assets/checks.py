@@ -31,18 +31,29 @@ def _contract_result(frame: pl.DataFrame, contract: contracts.TableContract) -> 
     )
 
 
-@dg.asset_check(asset=ANNOTATIONS, name=ANNOTATIONS_CONTRACT, blocking=True,
-                description="Great Expectations: the annotations contract (ids, label in {0,1}, unique pairs).")
+@dg.asset_check(
+    asset=ANNOTATIONS,
+    name=ANNOTATIONS_CONTRACT,
+    blocking=True,
+    description="Great Expectations: the annotations contract (ids, label in {0,1}, unique pairs).",
+)
 def annotations_contract(annotations: pl.DataFrame) -> dg.AssetCheckResult:
     return _contract_result(annotations, contracts.ANNOTATIONS)
 
 
-@dg.asset_check(asset=PREDICTIONS, name=PREDICTIONS_CONTRACT, blocking=True,
-                description="Great Expectations: the predictions contract (ids unique, score in [0, 1]).")
+@dg.asset_check(
+    asset=PREDICTIONS,
+    name=PREDICTIONS_CONTRACT,
+    blocking=True,
+    description="Great Expectations: the predictions contract (ids unique, score in [0, 1]).",
+)
 def predictions_contract(predictions: pl.DataFrame) -> dg.AssetCheckResult:
     # the stored table holds every version: an item is unique within its model version
-    stored = dataclasses.replace(contracts.PREDICTIONS, unique_key=("model_version", "item_id"),
-                                 columns=(*contracts.PREDICTIONS.columns, contracts.ColumnSpec("model_version", "id")))
+    stored = dataclasses.replace(
+        contracts.PREDICTIONS,
+        unique_key=("model_version", "item_id"),
+        columns=(*contracts.PREDICTIONS.columns, contracts.ColumnSpec("model_version", "id")),
+    )
     return _contract_result(predictions, stored)
 
 
@@ -53,42 +64,73 @@ ENOUGH_ITEMS_PER_BIN = "enough_items_per_bin"
 NC_ECE_WITHIN_LIMIT = "nc_ece_within_limit"
 
 
-@dg.asset_check(asset=CHANNEL_ESTIMATES, name=EM_CONVERGED,
-                description="The channel fit converged (EM: likelihood change below tolerance; closed form: valid).")
+@dg.asset_check(
+    asset=CHANNEL_ESTIMATES,
+    name=EM_CONVERGED,
+    description="The channel fit converged (EM: likelihood change below tolerance; closed form: valid).",
+)
 def em_converged(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
     ok = bool(channel_estimates["converged"].all()) if channel_estimates.height else False
-    return dg.AssetCheckResult(passed=ok, metadata={
-        "method": str(channel_estimates["method"][0]) if channel_estimates.height else "none",
-        "iterations": int(channel_estimates["n_iter"].max() or 0) if channel_estimates.height else 0})
+    return dg.AssetCheckResult(
+        passed=ok,
+        metadata={
+            "method": str(channel_estimates["method"][0]) if channel_estimates.height else "none",
+            "iterations": int(channel_estimates["n_iter"].max() or 0) if channel_estimates.height else 0,
+        },
+    )
 
 
-@dg.asset_check(asset=CHANNEL_ESTIMATES, name=CHANNEL_GAP_NOT_ZERO,
-                description="Every channel gap δ_j = 1 − a_j − b_j is at least min_channel_gap: a gap near 0 makes "
-                            "the corrected labels (A − a)/δ explode (seed 000 §4.3).")
+@dg.asset_check(
+    asset=CHANNEL_ESTIMATES,
+    name=CHANNEL_GAP_NOT_ZERO,
+    description="Every channel gap δ_j = 1 − a_j − b_j is at least min_channel_gap: a gap near 0 makes "
+    "the corrected labels (A − a)/δ explode (seed 000 §4.3).",
+)
 def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     smallest = float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
-    return dg.AssetCheckResult(passed=bool(smallest >= settings.min_channel_gap),
-                               metadata={"min_gap": smallest, "limit": settings.min_channel_gap})
+    return dg.AssetCheckResult(
+        passed=bool(smallest >= settings.min_channel_gap),
+        metadata={"min_gap": smallest, "limit": settings.min_channel_gap},
+    )
 
 
-@dg.asset_check(asset=NC_ECE_REPORT, name=ENOUGH_ITEMS_PER_BIN,
-                description="Every non-empty score bin holds at least min_items_per_bin items.")
+@dg.asset_check(
+    asset=NC_ECE_REPORT,
+    name=ENOUGH_ITEMS_PER_BIN,
+    description="Every non-empty score bin holds at least min_items_per_bin items.",
+)
 def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     row = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
     fewest = int(row["min_items_per_bin"][0]) if row.height else 0
-    return dg.AssetCheckResult(passed=fewest >= settings.min_items_per_bin, severity=dg.AssetCheckSeverity.WARN,
-                               metadata={"min_items_per_bin": fewest, "limit": settings.min_items_per_bin})
+    return dg.AssetCheckResult(
+        passed=fewest >= settings.min_items_per_bin,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"min_items_per_bin": fewest, "limit": settings.min_items_per_bin},
+    )
 
 
-@dg.asset_check(asset=NC_ECE_REPORT, name=NC_ECE_WITHIN_LIMIT,
-                description="The clinic's threshold: NC-ECE must not exceed nc_ece_limit (settings.json).")
+@dg.asset_check(
+    asset=NC_ECE_REPORT,
+    name=NC_ECE_WITHIN_LIMIT,
+    description="The clinic's threshold: NC-ECE must not exceed nc_ece_limit (settings.json).",
+)
 def nc_ece_within_limit(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     row = nc_ece_report.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.AssetCheckResult(
         passed=bool(row["value"] <= settings.nc_ece_limit),
-        metadata={"nc_ece": float(row["value"]), "ci_high": float(row["ci_high"]), "limit": settings.nc_ece_limit},
+        metadata={
+            "nc_ece": float(row["value"]),
+            "ci_high": float(row["ci_high"]),
+            "limit": settings.nc_ece_limit,
+        },
     )
 
 
-ALL_CHECKS = [annotations_contract, predictions_contract, em_converged, channel_gap_not_zero, enough_items_per_bin,
-              nc_ece_within_limit]
+ALL_CHECKS = [
+    annotations_contract,
+    predictions_contract,
+    em_converged,
+    channel_gap_not_zero,
+    enough_items_per_bin,
+    nc_ece_within_limit,
+]

@@ -24,8 +24,13 @@ CRITERION_AUDIT = dg.AssetKey([STAGE, "criterion_audit"])
 UE_SENSITIVITY = dg.AssetKey([STAGE, "ue_sensitivity"])
 FALSE_ACCEPTANCE = dg.AssetKey([STAGE, "false_acceptance"])
 
-_COMMON = dict(key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-               automation_condition=EAGER)
+_COMMON = dict(
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    automation_condition=EAGER,
+)
 
 
 def _fail_on_input_error(fn):
@@ -37,52 +42,79 @@ def _fail_on_input_error(fn):
         raise dg.Failure(description=str(exc)) from None
 
 
-@dg.asset(key_prefix=RAW, group_name=RAW, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-          description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
-                      "kept and counted as invalid, never dropped.")
+@dg.asset(
+    key_prefix=RAW,
+    group_name=RAW,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
+    "kept and counted as invalid, never dropped.",
+)
 def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     frame = _fail_on_input_error(lambda: cp.raw_generations(inbox.layout.generations))
-    return dg.Output(frame, metadata={
-        "predictions": frame.height,
-        "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
-        "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
-    })
+    return dg.Output(
+        frame,
+        metadata={
+            "predictions": frame.height,
+            "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
+            "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
+        },
+    )
 
 
-@dg.asset(key_prefix=RAW, group_name=RAW, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-          ins={"generations": dg.AssetIn(GENERATIONS)}, automation_condition=EAGER,
-          description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
-                      "independent or joint decision; each row matched to exactly one generation.")
+@dg.asset(
+    key_prefix=RAW,
+    group_name=RAW,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    ins={"generations": dg.AssetIn(GENERATIONS)},
+    automation_condition=EAGER,
+    description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
+    "independent or joint decision; each row matched to exactly one generation.",
+)
 def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     frame = _fail_on_input_error(lambda: cp.raw_audit_labels(inbox.layout.audit_labels, generations))
     return dg.Output(frame, metadata={"audited": frame.height})
 
 
-@dg.asset(**_COMMON, ins={"generations": dg.AssetIn(GENERATIONS)},
-          description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
-                      "(0.20/0.30/0.40), embedding cosine, NLI, LLM judge; unconfigured criteria appear as skipped.")
-def criterion_decisions(generations: pl.DataFrame, judge: JudgeResource,
-                        settings: SettingsResource) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={"generations": dg.AssetIn(GENERATIONS)},
+    description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
+    "(0.20/0.30/0.40), embedding cosine, NLI, LLM judge; unconfigured criteria appear as skipped.",
+)
+def criterion_decisions(
+    generations: pl.DataFrame, judge: JudgeResource, settings: SettingsResource
+) -> dg.Output[pl.DataFrame]:
     config = cp.CriteriaConfig(
         embedding_model_path=settings.embedding_model_path or None,
         nli_model_paths=dict(settings.nli_model_paths),
         judge=judge.get_judge(),
     )
     frame = cp.criterion_decisions(generations, config)
-    summary = frame.group_by("criterion").agg(
-        pl.col("skipped").all().alias("skipped"), pl.col("accepted").mean().alias("acceptance_rate"),
-        pl.col("reason").first().alias("note"),
-    ).sort("criterion")
+    summary = (
+        frame.group_by("criterion")
+        .agg(
+            pl.col("skipped").all().alias("skipped"),
+            pl.col("accepted").mean().alias("acceptance_rate"),
+            pl.col("reason").first().alias("note"),
+        )
+        .sort("criterion")
+    )
     md = "\n".join(
-        f"- `{r['criterion']}`: " + (f"skipped — {r['note']}" if r["skipped"] else f"accepts {r['acceptance_rate']:.3f}")
+        f"- `{r['criterion']}`: "
+        + (f"skipped — {r['note']}" if r["skipped"] else f"accepts {r['acceptance_rate']:.3f}")
         for r in summary.iter_rows(named=True)
     )
     return dg.Output(frame, metadata={"criteria": dg.MetadataValue.md(md)})
 
 
-@dg.asset(**_COMMON, ins={"generations": dg.AssetIn(GENERATIONS)},
-          description="Uncertainty scores per prediction (higher = more uncertain): Self-Certainty, LogTokU, "
-                      "Answer Entropy, Semantic Entropy (discrete and likelihood-weighted).")
+@dg.asset(
+    **_COMMON,
+    ins={"generations": dg.AssetIn(GENERATIONS)},
+    description="Uncertainty scores per prediction (higher = more uncertain): Self-Certainty, LogTokU, "
+    "Answer Entropy, Semantic Entropy (discrete and likelihood-weighted).",
+)
 def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Output[pl.DataFrame]:
     nli = None
     if settings.nli_model_paths:
@@ -91,37 +123,66 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
         name, path = sorted(settings.nli_model_paths.items())[0]
         nli = load_nli_model(path, name=name)
     frame = cp.ue_scores(generations, nli_model=nli)
-    return dg.Output(frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"})
+    return dg.Output(
+        frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"}
+    )
 
 
-@dg.asset(**_COMMON, ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "ue_scores": dg.AssetIn(UE_SCORES),
-                          "audit_labels": dg.AssetIn(AUDIT_LABELS)},
-          description="Per criterion: H_f (balanced accuracy vs humans), D_f and F_f = 1 − D_f (AUROC distortion of "
-                      "UE methods), directional errors, paired stratified bootstrap CIs with Bonferroni adjustment.")
-def criterion_audit(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame, audit_labels: pl.DataFrame,
-                    settings: SettingsResource) -> dg.Output[pl.DataFrame]:
-    frame = cp.criterion_audit(criterion_decisions, ue_scores, audit_labels,
-                               n_boot=settings.n_bootstrap_correctness, seed=settings.seed)
+@dg.asset(
+    **_COMMON,
+    ins={
+        "criterion_decisions": dg.AssetIn(CRITERION_DECISIONS),
+        "ue_scores": dg.AssetIn(UE_SCORES),
+        "audit_labels": dg.AssetIn(AUDIT_LABELS),
+    },
+    description="Per criterion: H_f (balanced accuracy vs humans), D_f and F_f = 1 − D_f (AUROC distortion of "
+    "UE methods), directional errors, paired stratified bootstrap CIs with Bonferroni adjustment.",
+)
+def criterion_audit(
+    criterion_decisions: pl.DataFrame,
+    ue_scores: pl.DataFrame,
+    audit_labels: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
+    frame = cp.criterion_audit(
+        criterion_decisions,
+        ue_scores,
+        audit_labels,
+        n_boot=settings.n_bootstrap_correctness,
+        seed=settings.seed,
+    )
     overall = frame.filter((pl.col("scope_kind") == "all") & (pl.col("status") == "ok")).sort("criterion")
-    md = "\n".join(f"- `{r['criterion']}`: H_f {r['h_f']:.3f} [{r['h_f_lo']:.3f}, {r['h_f_hi']:.3f}], "
-                   f"F_f {r['f_f']:.3f}" for r in overall.iter_rows(named=True))
+    md = "\n".join(
+        f"- `{r['criterion']}`: H_f {r['h_f']:.3f} [{r['h_f_lo']:.3f}, {r['h_f_hi']:.3f}], F_f {r['f_f']:.3f}"
+        for r in overall.iter_rows(named=True)
+    )
     return dg.Output(frame, metadata={"overall": dg.MetadataValue.md(md or "no audited criterion")})
 
 
-@dg.asset(**_COMMON, ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "ue_scores": dg.AssetIn(UE_SCORES)},
-          description="AUROC per dataset × UE method × criterion on the full prediction set (models equally "
-                      "weighted), the spread across criteria and the UE-method ranking reversals.")
+@dg.asset(
+    **_COMMON,
+    ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "ue_scores": dg.AssetIn(UE_SCORES)},
+    description="AUROC per dataset × UE method × criterion on the full prediction set (models equally "
+    "weighted), the spread across criteria and the UE-method ranking reversals.",
+)
 def ue_sensitivity(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     frame = cp.ue_sensitivity(criterion_decisions, ue_scores)
-    return dg.Output(frame, metadata={
-        "max_spread": float(frame["spread"].max()) if frame.height else 0.0,
-        "cells_in_a_reversal": int(frame["in_reversal"].sum()) if frame.height else 0,
-    })
+    return dg.Output(
+        frame,
+        metadata={
+            "max_spread": float(frame["spread"].max()) if frame.height else 0.0,
+            "cells_in_a_reversal": int(frame["in_reversal"].sum()) if frame.height else 0,
+        },
+    )
 
 
-@dg.asset(**_COMMON, ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS),
-                          "audit_labels": dg.AssetIn(AUDIT_LABELS)},
-          description="False-acceptance rate per criterion and human error category (equal-weight mean over the "
-                      "dataset–model groups that contain the category).")
-def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFrame) -> dg.Output[pl.DataFrame]:
+@dg.asset(
+    **_COMMON,
+    ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "audit_labels": dg.AssetIn(AUDIT_LABELS)},
+    description="False-acceptance rate per criterion and human error category (equal-weight mean over the "
+    "dataset–model groups that contain the category).",
+)
+def false_acceptance(
+    criterion_decisions: pl.DataFrame, audit_labels: pl.DataFrame
+) -> dg.Output[pl.DataFrame]:
     return dg.Output(cp.false_acceptance(criterion_decisions, audit_labels))

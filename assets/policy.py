@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-__all__ = ["DATASETS", "DUCKDB_POOL", "EAGER", "MODEL_VERSIONS", "MODEL_VERSION_COLUMN", "DATASET_COLUMN"]
+__all__ = ["DATASETS", "DATASET_COLUMN", "DUCKDB_POOL", "EAGER", "MODEL_VERSIONS", "MODEL_VERSION_COLUMN"]
 
 #: Every asset that opens the warehouse runs in this pool; ``$DAGSTER_HOME/dagster.yaml`` limits it to 1, so
 #: DuckDB's single-writer file lock is never contended (STACK.md "DuckDB under Dagster").

@@ -4,7 +4,6 @@ Annotations and confirmations arrive in drop folders and are ingested exactly on
 hash / answer id); model predictions arrive as registry folders, one dynamic partition per version.
 """
 
-
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -29,7 +28,10 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
 
 
 @dg.asset(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
     "invalid batches are quarantined with a reason, never half-ingested.",
 )
@@ -53,11 +55,17 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 
 
 @dg.asset(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-    partitions_def=MODEL_VERSIONS, metadata={"partition_expr": MODEL_VERSION_COLUMN},
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    partitions_def=MODEL_VERSIONS,
+    metadata={"partition_expr": MODEL_VERSION_COLUMN},
     description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
 )
-def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
+def predictions(
+    context: dg.AssetExecutionContext, model_registry: ModelRegistryResource
+) -> dg.Output[pl.DataFrame]:
     version = context.partition_key
     path = model_registry.predictions_file(version)
     try:
@@ -77,7 +85,10 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
 
 
 @dg.asset(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
     description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
 )
 def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
@@ -93,7 +104,10 @@ def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
 
 
 @dg.asset(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
     description="Every answer from the confirmation tool (inbox/confirmations/*.jsonl), once per answer_id; "
     "undo records kept (they cancel, never erase).",
 )
@@ -119,10 +133,14 @@ IMAGES = dg.AssetKey([STAGE, "images"])
 
 
 @dg.asset(
-    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"},
-    partitions_def=DATASETS, metadata={"partition_expr": DATASET_COLUMN},
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    partitions_def=DATASETS,
+    metadata={"partition_expr": DATASET_COLUMN},
     description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
-                "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
+    "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
 )
 def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     from noisycal_platform.cleaning.images import ImageDatasetError, read_image_dataset
@@ -136,15 +154,25 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
     except ImageDatasetError as exc:
         raise dg.Failure(description=str(exc)) from None
     for row in ds.excluded.iter_rows(named=True):
-        context.log.warning(f"{name}: excluded {row['file_name']} (row {row['row']}, column {row['column']}): "
-                            f"{row['reason']}")
+        context.log.warning(
+            f"{name}: excluded {row['file_name']} (row {row['row']}, column {row['column']}): {row['reason']}"
+        )
     frame = ds.frame.with_row_index("idx").with_columns(
-        pl.col("idx").cast(pl.Int64), pl.lit(name).alias(DATASET_COLUMN), pl.lit(ds.content_hash).alias("dataset_hash"),
+        pl.col("idx").cast(pl.Int64),
+        pl.lit(name).alias(DATASET_COLUMN),
+        pl.lit(ds.content_hash).alias("dataset_hash"),
         pl.lit(str(ds.root)).alias("root"),
     )
-    return dg.Output(frame, metadata={
-        "images": frame.height, "labels": len(ds.labels), "layout": ds.layout, "root": str(ds.root),
-        "excluded": ds.excluded.height,
-        "excluded_files": dg.MetadataValue.md(_md_list(ds.excluded.head(100).to_dicts(),
-                                                       ("file_name", "row", "column", "reason"))),
-    })
+    return dg.Output(
+        frame,
+        metadata={
+            "images": frame.height,
+            "labels": len(ds.labels),
+            "layout": ds.layout,
+            "root": str(ds.root),
+            "excluded": ds.excluded.height,
+            "excluded_files": dg.MetadataValue.md(
+                _md_list(ds.excluded.head(100).to_dicts(), ("file_name", "row", "column", "reason"))
+            ),
+        },
+    )

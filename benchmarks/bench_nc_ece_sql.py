@@ -49,21 +49,39 @@ def main() -> None:
     con.execute("SET threads = 2")
     ids = np.arange(n, dtype=np.int64)
     preds = pl.DataFrame({"item_id": ids, "score": s}).with_columns(
-        pl.lit("v1").alias("model_version"), pl.lit(datetime(2026, 1, 1, tzinfo=UTC)).alias("registered_at"))
-    long = pl.DataFrame({
-        "item_id": np.repeat(ids, 3), "annotator_id": np.tile(np.array(["r0", "r1", "r2"]), n),
-        "label": a.reshape(-1), "timestamp": None, "source_file": "bench",
-    })
-    ch = pl.DataFrame({"model_version": ["v1"] * 3, "annotator_id": ["r0", "r1", "r2"], "fpr": FPR,
-                       "gap": 1 - FPR - FNR, "weight": WEIGHTS})
-    for schema, name, frame in (("raw", "predictions", preds), ("raw", "annotations", long),
-                                ("calibration", "channel_estimates", ch)):
+        pl.lit("v1").alias("model_version"), pl.lit(datetime(2026, 1, 1, tzinfo=UTC)).alias("registered_at")
+    )
+    long = pl.DataFrame(
+        {
+            "item_id": np.repeat(ids, 3),
+            "annotator_id": np.tile(np.array(["r0", "r1", "r2"]), n),
+            "label": a.reshape(-1),
+            "timestamp": None,
+            "source_file": "bench",
+        }
+    )
+    ch = pl.DataFrame(
+        {
+            "model_version": ["v1"] * 3,
+            "annotator_id": ["r0", "r1", "r2"],
+            "fpr": FPR,
+            "gap": 1 - FPR - FNR,
+            "weight": WEIGHTS,
+        }
+    )
+    for schema, name, frame in (
+        ("raw", "predictions", preds),
+        ("raw", "annotations", long),
+        ("calibration", "channel_estimates", ch),
+    ):
         con.execute(f"create schema if not exists {schema}")
         con.register("f", frame.to_arrow())
         con.execute(f"create table {schema}.{name} as select * from f")
         con.unregister("f")
-    stg, mart = (parse_sql_model(SQL_ROOT / "staging" / "stg_annotations.sql"),
-                 parse_sql_model(SQL_ROOT / "marts" / "nc_ece_by_bin.sql"))
+    stg, mart = (
+        parse_sql_model(SQL_ROOT / "staging" / "stg_annotations.sql"),
+        parse_sql_model(SQL_ROOT / "marts" / "nc_ece_by_bin.sql"),
+    )
     stg_med, _, _ = _timed(lambda: run_sql_model(con, stg), 1)
     sql_med, sql_min, _ = _timed(lambda: run_sql_model(con, mart), args.repeat)
     got = con.execute("select * from calibration.nc_ece_by_bin order by bin").pl()
@@ -74,18 +92,35 @@ def main() -> None:
     con.register("w", wide.to_arrow())
     con.execute("create table wide as select * from w")
     w = WEIGHTS / WEIGHTS.sum()
-    q = ("select least(floor(s * 15.0), 14)::bigint as b, count(*) n, "
-         "sum(? * (a1 - ?) / ? + ? * (a2 - ?) / ? + ? * (a3 - ?) / ? - s) as r from wide group by b")
-    params = [w[0], FPR[0], 1 - FPR[0] - FNR[0], w[1], FPR[1], 1 - FPR[1] - FNR[1], w[2], FPR[2],
-              1 - FPR[2] - FNR[2]]
+    q = (
+        "select least(floor(s * 15.0), 14)::bigint as b, count(*) n, "
+        "sum(? * (a1 - ?) / ? + ? * (a2 - ?) / ? + ? * (a3 - ?) / ? - s) as r from wide group by b"
+    )
+    params = [
+        w[0],
+        FPR[0],
+        1 - FPR[0] - FNR[0],
+        w[1],
+        FPR[1],
+        1 - FPR[1] - FNR[1],
+        w[2],
+        FPR[2],
+        1 - FPR[2] - FNR[2],
+    ]
     peer_med, peer_min, _ = _timed(lambda: con.execute(q, params).fetchall(), args.repeat)
 
-    print(f"NC-ECE per-bin table, n = {n:,} items × 3 annotators, 15 bins (median of {args.repeat}, min in brackets)")
+    print(
+        f"NC-ECE per-bin table, n = {n:,} items × 3 annotators, 15 bins (median of {args.repeat}, min in brackets)"
+    )
     print(f"  library (numpy, wide int8 matrix):           {lib_med:8.3f} s [{lib_min:.3f}]")
-    print(f"  SQL model nc_ece_by_bin (long annotations):  {sql_med:8.3f} s [{sql_min:.3f}]"
-          f"   ratio SQL/library = {sql_med / lib_med:.1f}x  (staging model: {stg_med:.2f} s)")
-    print(f"  peer: DuckDB plain query on a wide table:    {peer_med:8.3f} s [{peer_min:.3f}]"
-          f"   ratio peer/library = {peer_med / lib_med:.1f}x")
+    print(
+        f"  SQL model nc_ece_by_bin (long annotations):  {sql_med:8.3f} s [{sql_min:.3f}]"
+        f"   ratio SQL/library = {sql_med / lib_med:.1f}x  (staging model: {stg_med:.2f} s)"
+    )
+    print(
+        f"  peer: DuckDB plain query on a wide table:    {peer_med:8.3f} s [{peer_min:.3f}]"
+        f"   ratio peer/library = {peer_med / lib_med:.1f}x"
+    )
     print(f"  max |residual_sql - residual_lib| = {err:.2e}   NC-ECE = {res.value:.10f}")
 
 

@@ -10,7 +10,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
-    "ANNOTATIONS", "CONTRACTS", "PREDICTIONS", "REFERENCE_LABELS", "ColumnSpec", "TableContract", "validate_frame",
+    "ANNOTATIONS",
+    "CONTRACTS",
+    "PREDICTIONS",
+    "REFERENCE_LABELS",
+    "ColumnSpec",
+    "TableContract",
+    "validate_frame",
 ]
 
 Kind = Literal["id", "binary", "unit_float", "timestamp"]
@@ -101,7 +107,9 @@ def validate_frame(frame, contract: TableContract) -> dict:
         if spec.kind == "binary":
             expectations.append(gxe.ExpectColumnValuesToBeInSet(column=spec.name, value_set=[0, 1]))
         elif spec.kind == "unit_float":
-            expectations.append(gxe.ExpectColumnValuesToBeBetween(column=spec.name, min_value=0.0, max_value=1.0))
+            expectations.append(
+                gxe.ExpectColumnValuesToBeBetween(column=spec.name, min_value=0.0, max_value=1.0)
+            )
         elif spec.kind == "id":
             expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=spec.name, min_value=1))
     if len(contract.unique_key) == 1:
@@ -110,22 +118,28 @@ def validate_frame(frame, contract: TableContract) -> dict:
         expectations.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.unique_key)))
 
     context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm bars on stderr per validation
+    context.variables.progress_bars = ProgressBarsConfig(
+        globally=False
+    )  # no tqdm bars on stderr per validation
     batch_def = (
         context.data_sources.add_pandas(name=f"{contract.name}_source")
         .add_dataframe_asset(name=contract.name)
         .add_batch_definition_whole_dataframe("whole")
     )
-    suite = context.suites.add(gx.ExpectationSuite(name=f"{contract.name}_contract", expectations=expectations))
+    suite = context.suites.add(
+        gx.ExpectationSuite(name=f"{contract.name}_contract", expectations=expectations)
+    )
     result = batch_def.get_batch(batch_parameters={"dataframe": frame.to_pandas()}).validate(suite)
     failed = []
     for r in result.results:
         if not r.success:
             cfg = r.expectation_config
-            failed.append({
-                "expectation": cfg.type,
-                "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
-                "unexpected_count": (r.result or {}).get("unexpected_count"),
-                "examples": [str(v) for v in ((r.result or {}).get("partial_unexpected_list") or [])[:5]],
-            })
+            failed.append(
+                {
+                    "expectation": cfg.type,
+                    "column": cfg.kwargs.get("column") or cfg.kwargs.get("column_list"),
+                    "unexpected_count": (r.result or {}).get("unexpected_count"),
+                    "examples": [str(v) for v in ((r.result or {}).get("partial_unexpected_list") or [])[:5]],
+                }
+            )
     return {"success": bool(result.success), "failed": failed, "evaluated": len(result.results)}

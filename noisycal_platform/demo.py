@@ -39,7 +39,9 @@ DEMO_RATERS = (
 )
 
 
-def write_demo_cleaning_scores(home: Path, dataset: str = DEMO_DATASET, version: str = "v1", seed: int = 0) -> Path:
+def write_demo_cleaning_scores(
+    home: Path, dataset: str = DEMO_DATASET, version: str = "v1", seed: int = 0
+) -> Path:
     """``models/<version>/cleaning/<dataset>.csv``: a "digit ≥ 5" classifier's scores for the cleaning-impact
     analysis. Logistic regression on 8×8 grey pixels read back from the PNGs, 2-fold cross-fitted on the dataset
     itself (each image scored by the model that did not see it), trained on the given (possibly flipped) labels;
@@ -86,7 +88,9 @@ def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)
     # the correctness report states that these inputs are synthetic
-    atomic_write_text(layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n")
+    atomic_write_text(
+        layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n"
+    )
     return written
 
 
@@ -99,8 +103,9 @@ def write_demo_confirmations(home: Path, dataset: str = DEMO_DATASET, seed: int 
     layout = HomeLayout.at(home)
     queue_file = layout.queue_exports / f"{dataset}.parquet"
     if not queue_file.is_file():
-        raise FileNotFoundError(f"no exported confirmation queue at {queue_file}; materialise "
-                                "cleaning/confirmation_queue first")
+        raise FileNotFoundError(
+            f"no exported confirmation queue at {queue_file}; materialise cleaning/confirmation_queue first"
+        )
     meta = json.loads((layout.queue_exports / f"{dataset}.meta.json").read_text(encoding="utf-8"))
     queue = pl.read_parquet(queue_file)
     truth = Truth.from_demo(load_demo_truth(layout.datasets / dataset))

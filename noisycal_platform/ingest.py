@@ -61,7 +61,8 @@ def pending_annotation_files(layout: HomeLayout) -> list[Path]:
     if not inbox.is_dir():
         return []
     return sorted(
-        p for p in inbox.iterdir()
+        p
+        for p in inbox.iterdir()
         if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in SUPPORTED_SUFFIXES
     )
 
@@ -111,7 +112,13 @@ def ingest_annotation_batches(layout: HomeLayout) -> IngestReport:
             dup_dir = layout.archive / "duplicates"
             dup_dir.mkdir(parents=True, exist_ok=True)
             shutil.move(str(path), dup_dir / f"{digest[:12]}-{path.name}")
-            entry = {"sha256": digest, "file": path.name, "status": "duplicate", "of": prior["file"], "at": _now()}
+            entry = {
+                "sha256": digest,
+                "file": path.name,
+                "status": "duplicate",
+                "of": prior["file"],
+                "at": _now(),
+            }
             _append_ledger(layout, entry)
             report.duplicates.append(entry)
             continue
@@ -120,11 +127,15 @@ def ingest_annotation_batches(layout: HomeLayout) -> IngestReport:
             clash = frame.join(accepted_keys, on=["item_id", "annotator_id"], how="inner")
             if clash.height:
                 first = clash.row(0, named=True)
-                row = int(
-                    frame.with_row_index("_r")
-                    .filter((pl.col("item_id") == first["item_id"]) & (pl.col("annotator_id") == first["annotator_id"]))
-                    ["_r"][0]
-                ) + 1
+                row = (
+                    int(
+                        frame.with_row_index("_r").filter(
+                            (pl.col("item_id") == first["item_id"])
+                            & (pl.col("annotator_id") == first["annotator_id"])
+                        )["_r"][0]
+                    )
+                    + 1
+                )
                 raise InputError(
                     path,
                     f"annotator {first['annotator_id']!r} already labelled item {first['item_id']!r} in accepted "
@@ -135,8 +146,14 @@ def ingest_annotation_batches(layout: HomeLayout) -> IngestReport:
                 )
         except InputError as exc:
             target = _quarantine(layout, path, str(exc))
-            entry = {"sha256": digest, "file": path.name, "status": "quarantined", "reason": str(exc),
-                     "quarantined_as": target.name, "at": _now()}
+            entry = {
+                "sha256": digest,
+                "file": path.name,
+                "status": "quarantined",
+                "reason": str(exc),
+                "quarantined_as": target.name,
+                "at": _now(),
+            }
             _append_ledger(layout, entry)
             ledger[digest] = entry
             report.quarantined.append(entry)
@@ -189,7 +206,9 @@ def accepted_annotations(layout: HomeLayout) -> pl.DataFrame:
     ]
     if not frames:
         return pl.DataFrame(schema=ANNOTATION_SCHEMA)
-    return pl.concat([f.cast(ANNOTATION_SCHEMA) for f in frames], how="vertical").select(list(ANNOTATION_SCHEMA))
+    return pl.concat([f.cast(ANNOTATION_SCHEMA) for f in frames], how="vertical").select(
+        list(ANNOTATION_SCHEMA)
+    )
 
 
 # ------------------------------------------------------------------------------------------- confirmations

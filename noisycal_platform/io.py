@@ -40,7 +40,9 @@ class InputError(ValueError):
         self.column = column
         self.problem = problem
         where = ", ".join(
-            part for part in (f"row {row}" if row is not None else "", f"column '{column}'" if column else "") if part
+            part
+            for part in (f"row {row}" if row is not None else "", f"column '{column}'" if column else "")
+            if part
         )
         super().__init__(f"{self.file}: {where + ': ' if where else ''}{problem}")
 
@@ -130,7 +132,9 @@ def _first_bad(path: Path, mask: pl.Series, df: pl.DataFrame, column: str, probl
     if n_bad:
         idx = int(mask.arg_true()[0])
         value = df[column][idx]
-        raise InputError(path, f"{problem} (got {value!r}); {n_bad} row(s) affected", row=idx + 1, column=column)
+        raise InputError(
+            path, f"{problem} (got {value!r}); {n_bad} row(s) affected", row=idx + 1, column=column
+        )
 
 
 def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataFrame:
@@ -149,7 +153,9 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
         col = df[spec.name]
         if spec.kind == "id":
             s = col.cast(pl.String, strict=False).str.strip_chars()
-            _first_bad(path, s.is_null() | (s.str.len_chars() == 0), df, spec.name, f"{spec.name} must not be empty")
+            _first_bad(
+                path, s.is_null() | (s.str.len_chars() == 0), df, spec.name, f"{spec.name} must not be empty"
+            )
             out[spec.name] = s
         elif spec.kind == "binary":
             if col.dtype == pl.String:
@@ -163,8 +169,10 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
                 _first_bad(path, ~ok, df, spec.name, f"{spec.name} must be 0 or 1")
                 out[spec.name] = f.cast(pl.Int8)
         elif spec.kind == "unit_float":
-            f = col.str.strip_chars().cast(pl.Float64, strict=False) if col.dtype == pl.String else col.cast(
-                pl.Float64, strict=False
+            f = (
+                col.str.strip_chars().cast(pl.Float64, strict=False)
+                if col.dtype == pl.String
+                else col.cast(pl.Float64, strict=False)
             )
             _first_bad(path, f.is_null(), df, spec.name, f"{spec.name} must be a number")
             _first_bad(path, f.is_nan(), df, spec.name, f"{spec.name} must not be NaN")
@@ -175,20 +183,30 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
                 s = col.str.strip_chars()
                 empty = s.is_null() | (s.str.len_chars() == 0)
                 ts = s.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
-                _first_bad(path, ~empty & ts.is_null(), df, spec.name, f"{spec.name} must be an ISO-8601 date-time")
+                _first_bad(
+                    path, ~empty & ts.is_null(), df, spec.name, f"{spec.name} must be an ISO-8601 date-time"
+                )
                 out[spec.name] = ts
             elif isinstance(col.dtype, pl.Datetime):
                 out[spec.name] = (
-                    col.dt.replace_time_zone("UTC") if col.dtype.time_zone is None else col.dt.convert_time_zone("UTC")
+                    col.dt.replace_time_zone("UTC")
+                    if col.dtype.time_zone is None
+                    else col.dt.convert_time_zone("UTC")
                 ).dt.cast_time_unit("us")
             else:
-                raise InputError(path, f"{spec.name} must be a date-time, got dtype {col.dtype}", column=spec.name)
+                raise InputError(
+                    path, f"{spec.name} must be a date-time, got dtype {col.dtype}", column=spec.name
+                )
     frame = pl.DataFrame(out)
     if contract.unique_key:
         dup = frame.select(contract.unique_key).is_duplicated()
         if dup.any():
-            first_dups = frame.with_row_index("_row").filter(dup).group_by(list(contract.unique_key),
-                                                                           maintain_order=True).agg(pl.col("_row"))
+            first_dups = (
+                frame.with_row_index("_row")
+                .filter(dup)
+                .group_by(list(contract.unique_key), maintain_order=True)
+                .agg(pl.col("_row"))
+            )
             rows = first_dups["_row"][0].to_list()
             key = {k: first_dups[k][0] for k in contract.unique_key}
             raise InputError(

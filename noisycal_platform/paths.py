@@ -116,10 +116,22 @@ class HomeLayout:
     def ensure(self) -> HomeLayout:
         """Create every folder (idempotent)."""
         for p in (
-            self.artifacts, self.cache, self.annotation_inbox, self.confirmation_inbox, self.quarantine,
-            self.archive, self.ledger.parent, self.models, self.datasets, self.references.parent,
-            self.generations, self.audit_labels, self.queue_exports, self.cleaned_lists,
-            self.recalibrator_exports, self.reports,
+            self.artifacts,
+            self.cache,
+            self.annotation_inbox,
+            self.confirmation_inbox,
+            self.quarantine,
+            self.archive,
+            self.ledger.parent,
+            self.models,
+            self.datasets,
+            self.references.parent,
+            self.generations,
+            self.audit_labels,
+            self.queue_exports,
+            self.cleaned_lists,
+            self.recalibrator_exports,
+            self.reports,
         ):
             p.mkdir(parents=True, exist_ok=True)
         return self
@@ -140,7 +152,9 @@ class HomeLayout:
             p = self.models / version / f"predictions.{ext}"
             if p.is_file():
                 return p
-        raise FileNotFoundError(f"model version {version!r} has no predictions.csv|parquet in {self.models / version}")
+        raise FileNotFoundError(
+            f"model version {version!r} has no predictions.csv|parquet in {self.models / version}"
+        )
 
     def registered_datasets(self) -> dict[str, Path]:
         """Datasets under ``datasets/<name>/`` plus those registered by path in ``datasets.json``."""

@@ -72,8 +72,16 @@ def cmd_ui(args) -> int:
 
     env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
     defs_file = Path(__file__).resolve().parent.parent / "definitions.py"
-    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port), "-f",
-           str(defs_file)]
+    cmd = [
+        str(Path(sys.executable).parent / "dagster"),
+        "dev",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(args.port),
+        "-f",
+        str(defs_file),
+    ]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
     os.chdir(defs_file.parent)
     os.execvpe(cmd[0], cmd, env)
@@ -83,8 +91,11 @@ def cmd_ui(args) -> int:
 def cmd_validate(args) -> int:
     from noisycal_platform import io
 
-    reader = {"annotations": io.read_annotations, "predictions": io.read_predictions,
-              "references": io.read_reference_labels}[args.kind]
+    reader = {
+        "annotations": io.read_annotations,
+        "predictions": io.read_predictions,
+        "references": io.read_reference_labels,
+    }[args.kind]
     try:
         frame = reader(args.file)
     except io.InputError as exc:
@@ -106,10 +117,14 @@ def cmd_datasets(args) -> int:
         return 2
     from noisycal_platform.io import atomic_write_text
 
-    registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
+    registry = (
+        json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
+    )
     registry[args.name] = str(path)
     atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
-    print(f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up")
+    print(
+        f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up"
+    )
     return 0
 
 
@@ -118,8 +133,10 @@ def cmd_annotators(args) -> int:
 
     home = HomeLayout.at(args.home).ensure().home
     if args.action == "add":
-        token, path = confirm_app.add_annotator(home, args.name, args.role)
-        print(f"annotator {args.name!r} ({args.role}) added. Personal login link (shown once, keep it private):")
+        _token, path = confirm_app.add_annotator(home, args.name, args.role)
+        print(
+            f"annotator {args.name!r} ({args.role}) added. Personal login link (shown once, keep it private):"
+        )
         print(f"  http://127.0.0.1:{args.port}{path}")
     elif args.action == "revoke":
         confirm_app.revoke_annotator(home, args.name)
@@ -147,15 +164,21 @@ def cmd_status(args) -> int:
     print(f"models:     {', '.join(layout.model_versions()) or 'none'}")
     print(f"datasets:   {', '.join(layout.registered_datasets()) or 'none'}")
     print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
-    quarantined = sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
+    quarantined = (
+        sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
+    )
     print(f"quarantined batches: {len(quarantined)}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noisycal", description=__doc__.split("\n")[0])
-    parser.add_argument("--home", type=lambda p: Path(p).expanduser().resolve(), default=None,
-                        help=f"platform home (default ${HOME_ENV} or ./.noisycal)")
+    parser.add_argument(
+        "--home",
+        type=lambda p: Path(p).expanduser().resolve(),
+        default=None,
+        help=f"platform home (default ${HOME_ENV} or ./.noisycal)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="build demo inputs into the home and run every asset on them")
@@ -163,9 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)
     sub.add_parser("tick", help="evaluate sensors and automation once; run what they request").set_defaults(
-        func=cmd_tick)
+        func=cmd_tick
+    )
     sub.add_parser("materialize", help="materialise every asset for every partition").set_defaults(
-        func=cmd_materialize)
+        func=cmd_materialize
+    )
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)
@@ -185,9 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765, help="port printed in the login link")
     p.set_defaults(func=cmd_annotators)
     p = sub.add_parser("serve-confirmations", help="start the local confirmation web tool")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="interface to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes the tool and "
-                        "its images to the whole network)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes the tool and "
+        "its images to the whole network)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.set_defaults(func=cmd_serve)
     sub.add_parser("status", help="where things are and what is pending").set_defaults(func=cmd_status)

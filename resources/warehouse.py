@@ -75,8 +75,11 @@ class _AtomicPolarsHandler(DuckDBPolarsTypeHandler):
         return {
             "row_count": obj.height,
             "dataframe_columns": MetadataValue.table_schema(
-                TableSchema(columns=[TableColumn(name=n, type=str(t)) for n, t in zip(obj.columns, obj.dtypes,
-                                                                                        strict=True)])
+                TableSchema(
+                    columns=[
+                        TableColumn(name=n, type=str(t)) for n, t in zip(obj.columns, obj.dtypes, strict=True)
+                    ]
+                )
             ),
         }
 

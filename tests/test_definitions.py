@@ -5,24 +5,62 @@ import dagster as dg
 from definitions import build_definitions
 
 ASSET_KEYS = [
-    "calibration/channel_estimates", "calibration/nc_ece_by_bin", "calibration/nc_ece_report",
-    "calibration/recalibration_report", "calibration/recalibrators",
-    "cleaning/agreement", "cleaning/annotation_speedup", "cleaning/cleaned_file_list", "cleaning/cleaning_impact",
-    "cleaning/confirmation_queue", "cleaning/confirmed_issues", "cleaning/embeddings",
-    "cleaning/expert_lay_differences", "cleaning/expert_lay_tests", "cleaning/label_error_prevalence",
-    "cleaning/rank_irrelevant", "cleaning/rank_label_errors", "cleaning/rank_near_duplicates",
-    "cleaning/ranking_quality", "cleaning/ranking_vs_truth", "cleaning/ssl_encoder", "cleaning/stopping_sensitivity",
-    "correctness/criterion_audit", "correctness/criterion_decisions", "correctness/false_acceptance",
-    "correctness/ue_scores", "correctness/ue_sensitivity",
-    "raw/annotations", "raw/audit_labels", "raw/confirmations", "raw/generations", "raw/images", "raw/predictions",
+    "calibration/channel_estimates",
+    "calibration/nc_ece_by_bin",
+    "calibration/nc_ece_report",
+    "calibration/recalibration_report",
+    "calibration/recalibrators",
+    "cleaning/agreement",
+    "cleaning/annotation_speedup",
+    "cleaning/cleaned_file_list",
+    "cleaning/cleaning_impact",
+    "cleaning/confirmation_queue",
+    "cleaning/confirmed_issues",
+    "cleaning/embeddings",
+    "cleaning/expert_lay_differences",
+    "cleaning/expert_lay_tests",
+    "cleaning/label_error_prevalence",
+    "cleaning/rank_irrelevant",
+    "cleaning/rank_label_errors",
+    "cleaning/rank_near_duplicates",
+    "cleaning/ranking_quality",
+    "cleaning/ranking_vs_truth",
+    "cleaning/ssl_encoder",
+    "cleaning/stopping_sensitivity",
+    "correctness/criterion_audit",
+    "correctness/criterion_decisions",
+    "correctness/false_acceptance",
+    "correctness/ue_scores",
+    "correctness/ue_sensitivity",
+    "raw/annotations",
+    "raw/audit_labels",
+    "raw/confirmations",
+    "raw/generations",
+    "raw/images",
+    "raw/predictions",
     "raw/reference_labels",
-    "reports/calibration", "reports/cleaning", "reports/correctness",
+    "reports/calibration",
+    "reports/cleaning",
+    "reports/correctness",
     "staging/stg_annotations",
 ]
-CHECKS = ["annotations_contract", "channel_gap_not_zero", "em_converged", "enough_items_per_bin",
-          "nc_ece_within_limit", "predictions_contract"]
-SENSORS = ["annotation_sensor", "automation", "confirmation_sensor", "dataset_sensor", "generations_sensor",
-           "model_version_sensor", "reference_sensor"]
+CHECKS = [
+    "annotations_contract",
+    "channel_gap_not_zero",
+    "em_converged",
+    "enough_items_per_bin",
+    "nc_ece_within_limit",
+    "predictions_contract",
+]
+SENSORS = [
+    "annotation_sensor",
+    "automation",
+    "confirmation_sensor",
+    "dataset_sensor",
+    "generations_sensor",
+    "model_version_sensor",
+    "reference_sensor",
+]
 
 
 def test_definitions_load_with_the_expected_graph(tmp_path):
@@ -54,8 +92,11 @@ def test_lineage_of_the_calibration_chain(tmp_path):
         return {p.to_user_string() for p in graph.get(dg.AssetKey(key.split("/"))).parent_keys}
 
     assert parents("calibration/channel_estimates") == {"raw/annotations", "raw/predictions"}
-    assert parents("calibration/nc_ece_by_bin") == {"calibration/channel_estimates", "raw/predictions",
-                                                    "staging/stg_annotations"}
+    assert parents("calibration/nc_ece_by_bin") == {
+        "calibration/channel_estimates",
+        "raw/predictions",
+        "staging/stg_annotations",
+    }
     assert "calibration/recalibration_report" in parents("reports/calibration")
 
 

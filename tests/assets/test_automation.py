@@ -20,8 +20,13 @@ def defs(layout):
 
 
 def _ctx(defs, layout, cursor=None, name="annotation_sensor"):
-    return dg.build_sensor_context(instance=instance_for(layout.home), cursor=cursor, definitions=defs,
-                                   sensor_name=name, resources=defs.resources)
+    return dg.build_sensor_context(
+        instance=instance_for(layout.home),
+        cursor=cursor,
+        definitions=defs,
+        sensor_name=name,
+        resources=defs.resources,
+    )
 
 
 def test_annotation_sensor_cases(defs, layout):

@@ -15,9 +15,18 @@ from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs
 from orchestration.runner import instance_for
 
-CAL_KEYS = ["raw/annotations", "raw/predictions", "raw/reference_labels", "staging/stg_annotations",
-            "calibration/channel_estimates", "calibration/nc_ece_report", "calibration/recalibrators",
-            "calibration/recalibration_report", "calibration/nc_ece_by_bin", "reports/calibration"]
+CAL_KEYS = [
+    "raw/annotations",
+    "raw/predictions",
+    "raw/reference_labels",
+    "staging/stg_annotations",
+    "calibration/channel_estimates",
+    "calibration/nc_ece_report",
+    "calibration/recalibrators",
+    "calibration/recalibration_report",
+    "calibration/nc_ece_by_bin",
+    "reports/calibration",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +37,12 @@ def built(tmp_path_factory):
     instance = instance_for(home)
     instance.add_dynamic_partitions("model_versions", ["v1"])
     result = dg.materialize(
-        [*defs.assets, *defs.asset_checks], selection=[dg.AssetKey(k.split("/")) for k in CAL_KEYS],
-        partition_key="v1", instance=instance, resources=defs.resources, raise_on_error=False,
+        [*defs.assets, *defs.asset_checks],
+        selection=[dg.AssetKey(k.split("/")) for k in CAL_KEYS],
+        partition_key="v1",
+        instance=instance,
+        resources=defs.resources,
+        raise_on_error=False,
     )
     return home, result
 
@@ -43,7 +56,9 @@ def test_every_calibration_asset_materialised(built):
     _, result = built
     assert result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert {"annotations_contract", "predictions_contract", "em_converged", "channel_gap_not_zero"} <= set(checks)
+    assert {"annotations_contract", "predictions_contract", "em_converged", "channel_gap_not_zero"} <= set(
+        checks
+    )
     assert checks["annotations_contract"] and checks["predictions_contract"]
     assert checks["em_converged"] and checks["channel_gap_not_zero"]
 
@@ -60,7 +75,9 @@ def test_warehouse_nc_ece_equals_library_on_the_same_inputs(built):
     assert stored == pytest.approx(expected.value, abs=1e-12)
     sql_bins = _sql(home, "select * from calibration.nc_ece_by_bin order by bin")
     assert sql_bins["bin"].to_list() == expected.bins["bin"].to_list()
-    np.testing.assert_allclose(sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9)
+    np.testing.assert_allclose(
+        sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9
+    )
 
 
 def test_recalibrators_exported_as_json_and_round_trip(built):
@@ -91,8 +108,12 @@ def test_nc_ece_limit_is_a_failing_check_when_exceeded(built, tmp_path):
     try:
         defs = build_definitions(home)
         result = dg.materialize(
-            [*defs.assets, *defs.asset_checks], selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
-            partition_key="v1", instance=instance_for(home), resources=defs.resources, raise_on_error=False,
+            [*defs.assets, *defs.asset_checks],
+            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
+            partition_key="v1",
+            instance=instance_for(home),
+            resources=defs.resources,
+            raise_on_error=False,
         )
         checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
         assert checks["nc_ece_within_limit"] is False

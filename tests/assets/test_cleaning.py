@@ -14,15 +14,36 @@ from noisycal_platform.demo import write_demo_cleaning_scores, write_demo_confir
 from orchestration.runner import instance_for
 
 DATASET = "digits_small"
-TINY = {"encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64}, "near_duplicate_top_k": 200,
-        "queue_max_per_type": 80, "n_bootstrap_cleaning": 50}
-CHAIN = ["raw/images", "cleaning/ssl_encoder", "cleaning/embeddings", "cleaning/rank_irrelevant",
-         "cleaning/rank_near_duplicates", "cleaning/rank_label_errors", "cleaning/confirmation_queue",
-         "cleaning/ranking_vs_truth"]
-AFTER_CONFIRMATION = ["raw/confirmations", "cleaning/confirmed_issues", "cleaning/cleaned_file_list",
-                      "cleaning/label_error_prevalence", "cleaning/agreement", "cleaning/ranking_quality",
-                      "cleaning/annotation_speedup", "cleaning/stopping_sensitivity", "cleaning/expert_lay_differences",
-                      "cleaning/expert_lay_tests", "cleaning/cleaning_impact", "reports/cleaning"]
+TINY = {
+    "encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64},
+    "near_duplicate_top_k": 200,
+    "queue_max_per_type": 80,
+    "n_bootstrap_cleaning": 50,
+}
+CHAIN = [
+    "raw/images",
+    "cleaning/ssl_encoder",
+    "cleaning/embeddings",
+    "cleaning/rank_irrelevant",
+    "cleaning/rank_near_duplicates",
+    "cleaning/rank_label_errors",
+    "cleaning/confirmation_queue",
+    "cleaning/ranking_vs_truth",
+]
+AFTER_CONFIRMATION = [
+    "raw/confirmations",
+    "cleaning/confirmed_issues",
+    "cleaning/cleaned_file_list",
+    "cleaning/label_error_prevalence",
+    "cleaning/agreement",
+    "cleaning/ranking_quality",
+    "cleaning/annotation_speedup",
+    "cleaning/stopping_sensitivity",
+    "cleaning/expert_lay_differences",
+    "cleaning/expert_lay_tests",
+    "cleaning/cleaning_impact",
+    "reports/cleaning",
+]
 
 
 def _keys(names):
@@ -31,8 +52,14 @@ def _keys(names):
 
 def _materialize(home, names, partition=DATASET):
     defs = build_definitions(home)
-    return dg.materialize([*defs.assets, *defs.asset_checks], selection=_keys(names), partition_key=partition,
-                          instance=instance_for(home), resources=defs.resources, raise_on_error=False)
+    return dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=_keys(names),
+        partition_key=partition,
+        instance=instance_for(home),
+        resources=defs.resources,
+        raise_on_error=False,
+    )
 
 
 def _sql(home, query):
@@ -45,8 +72,16 @@ def home(tmp_path_factory):
     home = tmp_path_factory.mktemp("clean") / "home"
     (home).mkdir(parents=True)
     (home / "settings.json").write_text(json.dumps(TINY))
-    write_demo_cleaning_dataset(home, name=DATASET, seed=0, n_digits=240, n_irrelevant=6, n_duplicate_pairs=6,
-                                n_duplicate_triples=1, n_flipped=6)
+    write_demo_cleaning_dataset(
+        home,
+        name=DATASET,
+        seed=0,
+        n_digits=240,
+        n_irrelevant=6,
+        n_duplicate_pairs=6,
+        n_duplicate_triples=1,
+        n_flipped=6,
+    )
     write_demo_cleaning_scores(home, DATASET, "v1", seed=0)
     instance_for(home).add_dynamic_partitions("datasets", [DATASET])
     first = _materialize(home, CHAIN)
@@ -109,7 +144,9 @@ def _broken_dataset(home, extra_rows=""):
         Image.new("RGB", (16, 16), (i * 40, 10, 10)).save(root / f"ok_{i}.png")
     (root / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
     (root / "labels.csv").write_text(
-        "file_name,label\nok_0.png,a\nok_1.png,b\nok_2.png,a\nok_3.png,b\ncorrupt.png,a\nmissing.png,b\n" + extra_rows)
+        "file_name,label\nok_0.png,a\nok_1.png,b\nok_2.png,a\nok_3.png,b\ncorrupt.png,a\nmissing.png,b\n"
+        + extra_rows
+    )
     instance_for(home).add_dynamic_partitions("datasets", ["broken"])
 
 
@@ -134,9 +171,13 @@ def test_path_leaving_the_root_is_a_clear_error_and_writes_nothing(tmp_path):
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
     while failure.cause is not None:
         failure = failure.cause
-    assert "row 7" in failure.message and "file_name" in failure.message and "../escape.png" in failure.message
+    assert (
+        "row 7" in failure.message and "file_name" in failure.message and "../escape.png" in failure.message
+    )
     warehouse = home / "warehouse.duckdb"
     if warehouse.exists():  # nothing was written for the failed partition
         with duckdb.connect(str(warehouse), read_only=True) as con:
-            n = con.execute("select count(*) from information_schema.tables where table_name = 'images'").fetchone()
+            n = con.execute(
+                "select count(*) from information_schema.tables where table_name = 'images'"
+            ).fetchone()
             assert n[0] == 0

@@ -39,8 +39,12 @@ def test_demo_refuses_a_home_it_did_not_create(tmp_path):
     home = tmp_path / "clinic"
     home.mkdir()
     (home / "precious.csv").write_text("item_id,score\n")
-    res = subprocess.run([sys.executable, "-m", "orchestration.cli", "--home", str(home), "demo", "--fresh"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "demo", "--fresh"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2 and "refusing" in res.stdout
     assert (home / "precious.csv").exists()
 
@@ -48,24 +52,41 @@ def test_demo_refuses_a_home_it_did_not_create(tmp_path):
 @pytest.mark.slow
 def test_noisycal_demo_runs_everything(tmp_path):
     home = tmp_path / "demo"
-    res = subprocess.run([sys.executable, "-m", "orchestration.cli", "--home", str(home), "demo"],
-                         capture_output=True, text=True, timeout=3600)
+    res = subprocess.run(
+        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "warehouse:" in res.stdout and "reports:" in res.stdout
-    for report in ("index.html", "calibration/v1.html", "calibration/v2.html", "cleaning.html", "correctness.html"):
+    for report in (
+        "index.html",
+        "calibration/v1.html",
+        "calibration/v2.html",
+        "cleaning.html",
+        "correctness.html",
+    ):
         assert (home / "reports" / report).is_file(), report
     for rule in ("unanimous", "majority"):
         assert (home / "exports" / "cleaned_file_lists" / f"digits_demo_{rule}.csv").is_file()
     assert list((home / "exports" / "recalibrators" / "v2").glob("*.json"))
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
-        versions = [r[0] for r in con.execute("select distinct model_version from calibration.nc_ece_report "
-                                              "order by 1").fetchall()]
+        versions = [
+            r[0]
+            for r in con.execute(
+                "select distinct model_version from calibration.nc_ece_report order by 1"
+            ).fetchall()
+        ]
         assert versions == ["v1", "v2"]
         n_answers = con.execute("select count(*) from raw.confirmations").fetchone()[0]
         files = list((home / "inbox" / "confirmations").glob("*.jsonl"))
         assert n_answers == sum(len(f.read_text().splitlines()) for f in files)
-        auroc = dict(con.execute("select ranking, auroc from cleaning.ranking_vs_truth "
-                                 "where issue_type = 'near_duplicate'").fetchall())
+        auroc = dict(
+            con.execute(
+                "select ranking, auroc from cleaning.ranking_vs_truth where issue_type = 'near_duplicate'"
+            ).fetchall()
+        )
     # issue 3: the self-supervised embedding beats the non-learned baseline on the injected near duplicates
     assert auroc["dino"] > auroc["baseline"], auroc
     # the last batch arrived through the sensor: the ledger accepted it exactly once

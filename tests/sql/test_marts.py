@@ -18,7 +18,11 @@ MART = parse_sql_model(SQL_ROOT / "marts" / "nc_ece_by_bin.sql")
 def test_models_parse_with_expected_lineage():
     assert STG.key.path == ["staging", "stg_annotations"] and STG.deps == (("raw", "annotations"),)
     assert MART.key.path == ["calibration", "nc_ece_by_bin"]
-    assert MART.deps == (("calibration", "channel_estimates"), ("raw", "predictions"), ("staging", "stg_annotations"))
+    assert MART.deps == (
+        ("calibration", "channel_estimates"),
+        ("raw", "predictions"),
+        ("staging", "stg_annotations"),
+    )
     assert MART.params == {"n_bins": 15}
 
 
@@ -45,19 +49,36 @@ def test_nc_ece_by_bin_equals_numpy(tmp_path, seed):
     items = [f"i{i}" for i in range(len(s))]
     ann = pl.DataFrame(
         [(items[i], f"r{j}", int(a[i, j])) for i, j in zip(*np.nonzero(~np.isnan(a)), strict=True)],
-        schema={"item_id": pl.String, "annotator_id": pl.String, "label": pl.Int8}, orient="row",
-    ).with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("timestamp"), pl.lit("b.csv").alias("source_file"))
+        schema={"item_id": pl.String, "annotator_id": pl.String, "label": pl.Int8},
+        orient="row",
+    ).with_columns(
+        pl.lit(None, pl.Datetime("us", "UTC")).alias("timestamp"), pl.lit("b.csv").alias("source_file")
+    )
     now = datetime(2026, 1, 1, tzinfo=UTC)
     preds = pl.DataFrame({"item_id": items, "score": s}).with_columns(
-        pl.lit("v2").alias("model_version"), pl.lit(now).alias("registered_at"))
+        pl.lit("v2").alias("model_version"), pl.lit(now).alias("registered_at")
+    )
     # an older version with other scores must be ignored ("latest" = most recently registered)
-    old = preds.with_columns(pl.lit("v1").alias("model_version"), pl.lit(datetime(2025, 1, 1, tzinfo=UTC)).alias(
-        "registered_at"), (1 - pl.col("score")).alias("score"))
-    ch = pl.DataFrame({"model_version": ["v2"] * 3 + ["v1"] * 3, "annotator_id": ["r0", "r1", "r2"] * 2,
-                       "fpr": [*fpr, 0, 0, 0], "gap": [*(1 - fpr - fnr), 1, 1, 1], "weight": [*weights, 1, 1, 1]})
+    old = preds.with_columns(
+        pl.lit("v1").alias("model_version"),
+        pl.lit(datetime(2025, 1, 1, tzinfo=UTC)).alias("registered_at"),
+        (1 - pl.col("score")).alias("score"),
+    )
+    ch = pl.DataFrame(
+        {
+            "model_version": ["v2"] * 3 + ["v1"] * 3,
+            "annotator_id": ["r0", "r1", "r2"] * 2,
+            "fpr": [*fpr, 0, 0, 0],
+            "gap": [*(1 - fpr - fnr), 1, 1, 1],
+            "weight": [*weights, 1, 1, 1],
+        }
+    )
     con = duckdb.connect(str(tmp_path / "w.duckdb"))
-    for schema, name, frame in (("raw", "annotations", ann), ("raw", "predictions", pl.concat([old, preds])),
-                                ("calibration", "channel_estimates", ch)):
+    for schema, name, frame in (
+        ("raw", "annotations", ann),
+        ("raw", "predictions", pl.concat([old, preds])),
+        ("calibration", "channel_estimates", ch),
+    ):
         con.execute(f"create schema if not exists {schema}")
         con.register("frame", frame.to_arrow())
         con.execute(f"create table {schema}.{name} as select * from frame")

@@ -5,8 +5,15 @@ from pathlib import Path
 
 import noisycal_platform
 
-FORBIDDEN = ("dagster", "dagster_duckdb", "dagster_duckdb_polars", "assets", "resources", "orchestration",
-             "definitions")
+FORBIDDEN = (
+    "dagster",
+    "dagster_duckdb",
+    "dagster_duckdb_polars",
+    "assets",
+    "resources",
+    "orchestration",
+    "definitions",
+)
 
 
 def _imports(path: Path) -> set[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 
 import httpx
-import pytest
 from confirm_fixture import form_fields, free_port, start_server, stop_server
 
 from noisycal_platform.confirm_app import add_annotator
