@@ -1,0 +1,5 @@
+"""Dataset cleaning (SelfClean protocol, seed 001): images, SSL encoder, rankings, confirmation.
+
+Import submodules directly (``noisycal_platform.cleaning.images`` ...); nothing is re-exported here so
+that importing the package stays cheap (no torch).
+"""

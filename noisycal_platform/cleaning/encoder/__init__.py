@@ -1,0 +1,60 @@
+"""Self-supervised (DINO) ViT encoder for SelfClean rankings (seed 001 §3.6).
+
+Importing this package does not import torch; the functions below import the torch implementation
+(``_dino``) on first call, so the Dagster code location stays fast to load.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .config import DEMO, HAM_CPU, PAPER, PRESETS, EncoderConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._dino import Encoder
+
+__all__ = [
+    "DEMO", "HAM_CPU", "PAPER", "PRESETS", "Encoder", "EncoderConfig", "embed", "load_encoder",
+    "save_encoder", "train_encoder",
+]
+
+
+def train_encoder(images: Any, config: EncoderConfig, **kwargs: Any) -> Encoder:
+    """DINO from random init on ``images`` (uint8 N×3×H×W); see ``_dino.train_encoder``."""
+    from ._dino import train_encoder as _train
+
+    return _train(images, config, **kwargs)
+
+
+def embed(encoder: Encoder, images: Any, *, batch_size: int = 256) -> np.ndarray:
+    """L2-normalised teacher CLS token, float32 N×dim; see ``_dino.embed``."""
+    from ._dino import embed as _embed
+
+    return _embed(encoder, images, batch_size=batch_size)
+
+
+def save_encoder(encoder: Encoder, artifacts_dir: str | os.PathLike[str]) -> tuple[str, Path]:
+    """Write ``<artifacts_dir>/<sha256>.pt``; return (sha256, path)."""
+    from ._dino import save_encoder as _save
+
+    return _save(encoder, artifacts_dir)
+
+
+def load_encoder(path: str | os.PathLike[str], *, expected_sha256: str | None = None,
+                 device: str | None = None) -> Encoder:
+    """Load with ``torch.load(weights_only=True)``, checking the sha256; see ``_dino.load_encoder``."""
+    from ._dino import load_encoder as _load
+
+    return _load(path, expected_sha256=expected_sha256, device=device)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Encoder":
+        from ._dino import Encoder
+
+        return Encoder
+    raise AttributeError(name)

@@ -1,0 +1,298 @@
+"""Reading an image dataset (folder + ``labels.csv`` or ImageFolder tree) into a validated frame.
+
+Layouts (CONVENTIONS runtime layout, ``datasets/<name>/``):
+
+* ``<root>/labels.csv`` with columns ``file_name,label`` (file_name relative to root), or
+* an ImageFolder tree ``<root>/<label>/<file>`` (used when there is no ``labels.csv``).
+
+Row-level problems (unreadable or truncated image, missing file, empty or unknown label, duplicate row)
+exclude the row and are reported in :attr:`ImageDataset.excluded` with file, row and column, unless
+``strict=True``, which turns them into one :class:`ImageDatasetError` listing all of them.
+Structural problems are always fatal: missing root, unreadable ``labels.csv`` or missing columns, a
+path that leaves the dataset root (``..``, absolute, symlink escaping root), one file listed with
+conflicting labels, no usable image left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+import polars as pl
+from PIL import Image, ImageFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
+LABELS_CSV = "labels.csv"
+
+FRAME_SCHEMA = {
+    "file_name": pl.String,
+    "label": pl.String,
+    "path": pl.String,
+    "width": pl.Int64,
+    "height": pl.Int64,
+    "sha256": pl.String,
+}
+EXCLUDED_SCHEMA = {
+    "file_name": pl.String,
+    "row": pl.Int64,
+    "column": pl.String,
+    "reason": pl.String,
+}
+
+
+class ImageDatasetError(ValueError):
+    """Fatal problem with an image dataset; the message names every offending file/row/column."""
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A validated image dataset.
+
+    ``frame``: one row per usable image, sorted by ``file_name``; columns ``file_name`` (posix path
+    relative to ``root``), ``label`` (str), ``path`` (absolute, resolved), ``width``, ``height``,
+    ``sha256`` (of the file bytes).
+    ``excluded``: ``file_name``, ``row`` (1-based data row of labels.csv; line = row + 1; null for
+    ImageFolder), ``column`` (``file_name``/``label``/null), ``reason``.
+    ``content_hash``: :func:`dataset_content_hash` of ``frame``.
+    """
+
+    root: Path
+    layout: Literal["labels_csv", "image_folder"]
+    frame: pl.DataFrame
+    excluded: pl.DataFrame
+    content_hash: str
+
+    @property
+    def labels(self) -> list[str]:
+        """Sorted distinct labels."""
+        return sorted(self.frame["label"].unique().to_list())
+
+    def __len__(self) -> int:
+        return self.frame.height
+
+
+def dataset_content_hash(frame: pl.DataFrame) -> str:
+    """sha256 over the sorted lines ``file_name\\tsha256\\tlabel\\n`` (order-independent)."""
+    missing = {"file_name", "sha256", "label"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame: missing columns {sorted(missing)}")
+    rows = sorted(zip(frame["file_name"].to_list(), frame["sha256"].to_list(), frame["label"].to_list(),
+                      strict=True))
+    h = hashlib.sha256()
+    for fn, sha, lab in rows:
+        h.update(f"{fn}\t{sha}\t{lab}\n".encode())
+    return h.hexdigest()
+
+
+def _probe_image(path: Path) -> tuple[int, int, str] | str:
+    """Decode fully (catches truncation); return (width, height, sha256) or an error string."""
+    if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone switched Pillow's global tolerance on
+        return "Pillow LOAD_TRUNCATED_IMAGES is enabled; refusing to validate images"
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"unreadable file: {exc.__class__.__name__}: {exc}"
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            width, height = im.size
+    except Exception as exc:  # Pillow raises many types (OSError, SyntaxError, DecompressionBombError...)
+        return f"unreadable or truncated image: {exc.__class__.__name__}: {exc}"
+    if width < 1 or height < 1:
+        return "image has zero size"
+    return width, height, hashlib.sha256(data).hexdigest()
+
+
+def _check_relative(name: str, root: Path) -> tuple[str, Path] | str:
+    """Normalise ``name`` (posix, relative) and resolve it under ``root``; error string if it escapes."""
+    raw = name.replace("\\", "/")
+    if raw.startswith("/") or (len(raw) > 1 and raw[1] == ":"):
+        return "absolute path is not allowed (must be relative to the dataset root)"
+    parts = [p for p in PurePosixPath(raw).parts if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return "path leaves the dataset root ('..')"
+    if not parts:
+        return "empty file name"
+    rel = "/".join(parts)
+    try:
+        resolved = (root / rel).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:  # NUL byte, name too long; 3.11: loop=RuntimeError
+        return f"invalid path: {exc}"
+    if not resolved.is_relative_to(root):
+        return f"path leaves the dataset root (resolves to {resolved}, e.g. through a symlink)"
+    return rel, resolved
+
+
+def _read_labels_csv(root: Path, csv_path: Path) -> list[tuple[int, str, str | None]]:
+    try:
+        table = pl.read_csv(csv_path, infer_schema=False)
+    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
+        raise ImageDatasetError(f"{csv_path}: cannot parse as CSV: {exc}") from exc
+    cols = [c.lstrip("\ufeff").strip() for c in table.columns]  # tolerate a UTF-8 BOM (Excel exports)
+    table.columns = cols
+    missing = [c for c in ("file_name", "label") if c not in cols]
+    if missing:
+        raise ImageDatasetError(f"{csv_path}: missing column(s) {missing}; found {cols}")
+    names = table["file_name"].to_list()
+    labels = table["label"].to_list()
+    pairs = zip(names, labels, strict=True)
+    return [(i + 1, n if n is not None else "", lab) for i, (n, lab) in enumerate(pairs)]
+
+
+def _walk_image_folder(root: Path) -> tuple[list[tuple[None, str, str]], list[dict]]:
+    rows: list[tuple[None, str, str]] = []
+    excluded: list[dict] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        rel_dir = Path(dirpath).relative_to(root)
+        for fn in sorted(filenames):
+            if fn.startswith(".") or Path(fn).suffix.lower() not in IMAGE_EXTENSIONS:
+                continue
+            rel = (rel_dir / fn).as_posix()
+            if len(rel_dir.parts) != 1:
+                excluded.append({"file_name": rel, "row": None, "column": None,
+                                 "reason": "ImageFolder layout expects <label>/<file>; "
+                                           "file is not one level deep"})
+                continue
+            rows.append((None, rel, rel_dir.parts[0]))
+        # os.walk does not follow symlinked directories; a symlinked <label>/ folder is listed here and
+        # its files are checked against the root like any other (escape -> fatal error).
+        for d in list(dirnames):
+            sub = Path(dirpath) / d
+            if sub.is_symlink():
+                dirnames.remove(d)
+                if rel_dir.parts or not sub.is_dir():
+                    continue
+                rows.extend((None, f"{d}/{f.name}", d) for f in sorted(sub.iterdir())
+                            if f.suffix.lower() in IMAGE_EXTENSIONS and not f.name.startswith("."))
+    return rows, excluded
+
+
+def read_image_dataset(
+    root: str | os.PathLike[str],
+    *,
+    allowed_labels: Iterable[str] | None = None,
+    strict: bool = False,
+) -> ImageDataset:
+    """Read and validate an image dataset (issue 3 §2 ``raw/images``).
+
+    Parameters
+    ----------
+    root : dataset folder; ``labels.csv`` inside selects that layout, else ImageFolder.
+    allowed_labels : if given, a label outside this set is "unknown" (row excluded, or error if strict).
+    strict : raise :class:`ImageDatasetError` listing every row-level problem instead of excluding.
+    """
+    root_p = Path(root)
+    if not root_p.is_dir():
+        raise ImageDatasetError(f"root: dataset folder {str(root)!r} does not exist or is not a directory")
+    root_p = root_p.resolve()
+    allowed = None if allowed_labels is None else {str(a) for a in allowed_labels}
+
+    csv_path = root_p / LABELS_CSV
+    excluded: list[dict] = []
+    if csv_path.is_file():
+        layout: Literal["labels_csv", "image_folder"] = "labels_csv"
+        entries: Sequence[tuple[int | None, str, str | None]] = _read_labels_csv(root_p, csv_path)
+    else:
+        layout = "image_folder"
+        entries, excluded = _walk_image_folder(root_p)
+        if not entries and not excluded:
+            raise ImageDatasetError(
+                f"root: {root_p} has neither {LABELS_CSV} nor <label>/<image> sub-folders with images")
+
+    fatal: list[str] = []
+    seen: dict[str, tuple[int | None, str]] = {}
+    candidates: list[tuple[str, str, Path]] = []
+    where = "labels.csv " if layout == "labels_csv" else ""
+    for row, name, label in entries:
+        loc = f"{where}row {row} (line {row + 1}) " if row is not None else ""
+        checked = _check_relative(name, root_p)
+        if isinstance(checked, str):
+            fatal.append(f"{loc}column file_name={name!r}: {checked}")
+            continue
+        rel, resolved = checked
+        lab = "" if label is None else str(label).strip()
+        if not lab:
+            excluded.append({"file_name": rel, "row": row, "column": "label", "reason": "empty label"})
+            continue
+        if allowed is not None and lab not in allowed:
+            excluded.append({"file_name": rel, "row": row, "column": "label",
+                             "reason": f"unknown label {lab!r} (allowed: {sorted(allowed)})"})
+            continue
+        if rel in seen:
+            prev_row, prev_lab = seen[rel]
+            if prev_lab != lab:
+                fatal.append(f"{loc}column file_name={rel!r}: listed again with label {lab!r}, "
+                             f"row {prev_row} has {prev_lab!r}")
+            else:
+                excluded.append({"file_name": rel, "row": row, "column": "file_name",
+                                 "reason": f"duplicate of row {prev_row}"})
+            continue
+        seen[rel] = (row, lab)
+        if not resolved.is_file():
+            excluded.append({"file_name": rel, "row": row, "column": "file_name",
+                             "reason": "not a regular file" if resolved.exists() else "file does not exist"})
+            continue
+        candidates.append((rel, lab, resolved))
+    if fatal:
+        raise ImageDatasetError(f"{root_p}: {len(fatal)} fatal problem(s):\n  " + "\n  ".join(fatal))
+
+    rows_ok: list[dict] = []
+    for rel, lab, resolved in candidates:
+        probe = _probe_image(resolved)
+        if isinstance(probe, str):
+            excluded.append({"file_name": rel, "row": seen[rel][0], "column": None, "reason": probe})
+            continue
+        w, h, sha = probe
+        rows_ok.append({"file_name": rel, "label": lab, "path": str(resolved), "width": w, "height": h,
+                        "sha256": sha})
+
+    excluded_df = pl.DataFrame(excluded, schema=EXCLUDED_SCHEMA).sort("file_name")
+    if strict and excluded_df.height:
+        lines = [f"{r['file_name']!r} (row {r['row']}, column {r['column']}): {r['reason']}"
+                 for r in excluded_df.iter_rows(named=True)]
+        raise ImageDatasetError(f"{root_p}: {len(lines)} problem(s) (strict):\n  " + "\n  ".join(lines))
+    frame = pl.DataFrame(rows_ok, schema=FRAME_SCHEMA).sort("file_name")
+    if frame.height == 0:
+        raise ImageDatasetError(f"{root_p}: no usable image ({excluded_df.height} excluded)")
+    return ImageDataset(root=root_p, layout=layout, frame=frame, excluded=excluded_df,
+                        content_hash=dataset_content_hash(frame))
+
+
+def _decode_resized(path: str, size: int) -> np.ndarray:
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        if im.size != (size, size):
+            im = im.resize((size, size), Image.Resampling.BICUBIC)
+        return np.asarray(im, dtype=np.uint8)
+
+
+def load_images(paths: Sequence[str | os.PathLike[str]], size: int, *, batch_size: int = 512) -> torch.Tensor:
+    """Decode images to a ``uint8`` tensor N×3×size×size (RGB, squashed to a square with bicubic).
+
+    Decoding goes through Pillow one file at a time (no vectorised decoder exists) and is copied into a
+    preallocated array in batches of ``batch_size``.
+    """
+    import torch
+
+    if int(size) != size or size < 1:
+        raise ValueError(f"size: must be a positive int, got {size!r}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
+    paths = [str(p) for p in paths]
+    out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start:start + batch_size]
+        block = np.stack([_decode_resized(p, size) for p in chunk]) if chunk else None
+        if block is not None:
+            out[start:start + len(chunk)] = block.transpose(0, 3, 1, 2)
+    return torch.from_numpy(out)

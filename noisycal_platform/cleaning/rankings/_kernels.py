@@ -1,0 +1,91 @@
+"""Shared kernels for the rankings: input normalisation, the distance, exact re-evaluation.
+
+Definition used by all three rankings (seed 001 §3.2, SelfClean): the embeddings are L2-normalised
+in float64 and stored as float32 ``x_i``; the distance is
+
+    d(i, j) = min(||x_i - x_j||² / 4, 1)   (= (1 - cos)/2 for unit vectors)
+
+evaluated in float64 from the float32 vectors (differences first, so identical rows have d = 0
+exactly and near duplicates keep full relative precision). Blocks of inner products are screened in
+float32 (GEMM) and every decision that float32 rounding (or the ~1e-7 deviation of the stored norms
+from 1) could flip is re-evaluated in float64 using the rigorous margin :func:`screen_margin`, so the
+results equal a float64 brute force on the full distance matrix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# elements (float32) per inner-product block: 16 Mi elements = 64 MiB
+BLOCK_ELEMS = 1 << 24
+
+
+def as_unit_embeddings(emb: np.ndarray, name: str = "emb") -> np.ndarray:
+    """Validate ``emb`` (N×D, finite, no zero rows) and return its L2-normalised float32 copy."""
+    x = np.asarray(emb)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (N, D), got shape {x.shape}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {x.shape}")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise ValueError(f"{name} must be numeric, got dtype {x.dtype}")
+    out = np.empty(x.shape, dtype=np.float32)
+    step = max(1, BLOCK_ELEMS // (4 * x.shape[1]))
+    for a in range(0, x.shape[0], step):  # chunked: no full float64 copy of large inputs
+        blk = np.asarray(x[a : a + step], dtype=np.float64)
+        if not np.all(np.isfinite(blk)):
+            bad = a + int(np.flatnonzero(~np.isfinite(blk).all(axis=1))[0])
+            raise ValueError(f"{name} has non-finite values in row {bad}")
+        norms = np.linalg.norm(blk, axis=1)
+        if np.any(norms == 0.0):
+            bad = a + int(np.flatnonzero(norms == 0.0)[0])
+            raise ValueError(f"{name} has an all-zero row {bad}; cosine distance is undefined")
+        out[a : a + step] = blk / norms[:, None]
+    return out
+
+
+def sim_error_bound(dim: int) -> float:
+    """Rigorous bound on |float32 GEMM inner product - exact inner product| for unit vectors.
+
+    Recursive summation of ``dim`` float32 products: |err| <= gamma_{dim+1} * sum|x_k y_k| with
+    gamma_n = n u / (1 - n u), u = 2^-24, and sum|x_k y_k| <= ||x|| ||y|| <= 1 + 1e-6. Any blocked or
+    pairwise summation order obeys the same bound. A safety factor 1.25 is added.
+    """
+    u = 2.0**-24
+    n = dim + 1
+    return 1.25 * (n * u / (1.0 - n * u)) * (1.0 + 1e-6)
+
+
+def screen_margin(x: np.ndarray) -> float:
+    """Margin (similarity units) that makes float32 screening decisions safe for the exact d.
+
+    With s = <x_i, x_j> and n_i = ||x_i||²: d = (n_i + n_j - 2 s)/4, |s32 - s| <= eps and
+    |n_i - 1| <= delta, so comparing float32 similarities with 2 eps + 2 delta (+1e-12) slack never
+    drops a pair that the exact d would keep.
+    """
+    eps = sim_error_bound(x.shape[1])
+    delta = 0.0
+    step = max(1, BLOCK_ELEMS // (8 * x.shape[1]))
+    for a in range(0, x.shape[0], step):
+        xa = x[a : a + step].astype(np.float64)
+        delta = max(delta, float(np.abs(np.einsum("nd,nd->n", xa, xa) - 1.0).max()))
+    return 2.0 * eps + 2.0 * delta + 1e-12
+
+
+def exact_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """d = min(||x_i - x_j||² / 4, 1) in float64 for index arrays ``i``, ``j`` (chunked gather)."""
+    i = np.asarray(i, dtype=np.int64).ravel()
+    j = np.asarray(j, dtype=np.int64).ravel()
+    out = np.empty(i.shape[0], dtype=np.float64)
+    step = max(1, BLOCK_ELEMS // (8 * x.shape[1]))
+    for a in range(0, i.shape[0], step):
+        diff = x[i[a : a + step]].astype(np.float64)
+        diff -= x[j[a : a + step]]
+        out[a : a + step] = np.einsum("nd,nd->n", diff, diff)
+    out *= 0.25
+    return np.minimum(out, 1.0, out=out)
+
+
+def rows_per_block(n_cols: int) -> int:
+    """Row-block height so that one float32 block of ``n_cols`` columns stays near BLOCK_ELEMS."""
+    return int(max(16, min(4096, BLOCK_ELEMS // max(1, n_cols))))
