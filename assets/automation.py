@@ -17,9 +17,8 @@ import json
 
 import dagster as dg
 
-from assets.correctness import AUDIT_LABELS, GENERATIONS
 from assets.policy import DATASETS, MODEL_VERSIONS
-from assets.raw import ANNOTATIONS, CONFIRMATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
+from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
@@ -42,8 +41,7 @@ RUNNING = dg.DefaultSensorStatus.RUNNING
 
 quality_monitor_job = dg.define_asset_job(
     "quality_monitor_job",
-    selection=dg.AssetSelection.groups("reports")
-    | dg.AssetSelection.groups("reports").upstream(depth=1).checks(),
+    selection=dg.AssetSelection.groups("reports") | dg.AssetSelection.groups("reports").upstream(depth=1).checks(),
     description="Daily: rebuild the reports and run the asset checks of what they summarise.",
 )
 
@@ -102,9 +100,7 @@ def generations_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource
         return dg.SensorResult(skip_reason=dg.SkipReason("no new generations or audit labels"))
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])
-        ],
+        run_requests=[dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])],
         cursor=fingerprint,
     )
 
@@ -124,9 +120,7 @@ def reference_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) 
 
 
 @dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=30)
-def model_version_sensor(
-    context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource
-) -> dg.SensorResult:
+def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource) -> dg.SensorResult:
     """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded."""
     known = set(context.instance.get_dynamic_partitions(MODEL_VERSIONS.name))
     new = [v for v in model_registry.versions() if v not in known]
@@ -134,9 +128,7 @@ def model_version_sensor(
         return dg.SensorResult(skip_reason=dg.SkipReason("no new model versions"))
     return dg.SensorResult(
         dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new)],
-        run_requests=[
-            dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new
-        ],
+        run_requests=[dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new],
     )
 
 
@@ -149,9 +141,7 @@ def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) ->
         return dg.SensorResult(skip_reason=dg.SkipReason("no new datasets"))
     return dg.SensorResult(
         dynamic_partitions_requests=[DATASETS.build_add_request(new)],
-        run_requests=[
-            dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new
-        ],
+        run_requests=[dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new],
     )
 
 

@@ -47,9 +47,7 @@ def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> "cal.Annota
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.select(columns).iter_rows():
-        rows.append(
-            "| " + " | ".join(f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r) + " |"
-        )
+        rows.append("| " + " | ".join(f"{v:.{digits}f}" if isinstance(v, float) else str(v) for v in r) + " |")
     return "\n".join(rows)
 
 
@@ -75,9 +73,7 @@ def channel_estimates(
             seed=settings.seed,
         )
     except NotIdentifiableError as exc:
-        raise dg.Failure(
-            description=f"channels not identifiable for {context.partition_key}: {exc}"
-        ) from None
+        raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
     return dg.Output(
         _tag(table, context.partition_key),
         metadata={
@@ -85,9 +81,7 @@ def channel_estimates(
             "converged": bool(table["converged"].all()),
             "min_gap": float(table["min_gap"][0]),
             "prevalence": float(table["prevalence"][0]),
-            "channels": dg.MetadataValue.md(
-                _md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])
-            ),
+            "channels": dg.MetadataValue.md(_md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])),
         },
     )
 

@@ -179,9 +179,7 @@ def embeddings(
         return embed(encoder, pixels_once())
 
     dataset_hash = str(ordered["dataset_hash"][0])
-    emb, hit = cached_embeddings(
-        cache, dataset_hash, f"dino-{enc['sha256'][:32]}", dino, n_rows=ordered.height
-    )
+    emb, hit = cached_embeddings(cache, dataset_hash, f"dino-{enc['sha256'][:32]}", dino, n_rows=ordered.height)
     base, _ = cached_embeddings(
         cache, dataset_hash, "baseline-v1", lambda: baseline_embedding(pixels_once()), n_rows=ordered.height
     )
@@ -289,9 +287,7 @@ def rank_label_errors(
 
     files = _files(images)
     labels = files["label"].to_numpy()
-    frame = pl.concat(
-        [_ranking_frame(rank(_matrix(embeddings, k), labels), files, k) for k in EMBEDDING_KINDS]
-    )
+    frame = pl.concat([_ranking_frame(rank(_matrix(embeddings, k), labels), files, k) for k in EMBEDDING_KINDS])
     return dg.Output(_with_dataset(frame, context.partition_key))
 
 
@@ -464,9 +460,7 @@ def agreement(
     description="Ranking quality against the unanimous answers on the items the whole panel saw: AUROC, "
     "AP and AUPRG with the positive rate as baseline.",
 )
-def ranking_quality(
-    context: dg.AssetExecutionContext, confirmed_issues: pl.DataFrame
-) -> dg.Output[pl.DataFrame]:
+def ranking_quality(context: dg.AssetExecutionContext, confirmed_issues: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     return dg.Output(_with_dataset(cp.ranking_quality_table(confirmed_issues), context.partition_key))
 
 

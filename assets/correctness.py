@@ -9,15 +9,12 @@ import dagster as dg
 import polars as pl
 
 from assets.policy import DUCKDB_POOL, EAGER
+from assets.raw import AUDIT_LABELS, GENERATIONS
 from noisycal_platform.correctness import pipeline as cp
-from resources.inbox import InboxResource
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
 
 STAGE = "correctness"
-RAW = "raw"
-GENERATIONS = dg.AssetKey([RAW, "generations"])
-AUDIT_LABELS = dg.AssetKey([RAW, "audit_labels"])
 CRITERION_DECISIONS = dg.AssetKey([STAGE, "criterion_decisions"])
 UE_SCORES = dg.AssetKey([STAGE, "ue_scores"])
 CRITERION_AUDIT = dg.AssetKey([STAGE, "criterion_audit"])
@@ -31,50 +28,6 @@ _COMMON = dict(
     kinds={"polars", "duckdb"},
     automation_condition=EAGER,
 )
-
-
-def _fail_on_input_error(fn):
-    from noisycal_platform.correctness.io import CorrectnessInputError
-
-    try:
-        return fn()
-    except CorrectnessInputError as exc:
-        raise dg.Failure(description=str(exc)) from None
-
-
-@dg.asset(
-    key_prefix=RAW,
-    group_name=RAW,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
-    description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
-    "kept and counted as invalid, never dropped.",
-)
-def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: cp.raw_generations(inbox.layout.generations))
-    return dg.Output(
-        frame,
-        metadata={
-            "predictions": frame.height,
-            "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
-            "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
-        },
-    )
-
-
-@dg.asset(
-    key_prefix=RAW,
-    group_name=RAW,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
-    ins={"generations": dg.AssetIn(GENERATIONS)},
-    automation_condition=EAGER,
-    description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
-    "independent or joint decision; each row matched to exactly one generation.",
-)
-def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: cp.raw_audit_labels(inbox.layout.audit_labels, generations))
-    return dg.Output(frame, metadata={"audited": frame.height})
 
 
 @dg.asset(
@@ -123,9 +76,7 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
         name, path = sorted(settings.nli_model_paths.items())[0]
         nli = load_nli_model(path, name=name)
     frame = cp.ue_scores(generations, nli_model=nli)
-    return dg.Output(
-        frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"}
-    )
+    return dg.Output(frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"})
 
 
 @dg.asset(
@@ -182,7 +133,5 @@ def ue_sensitivity(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame) -
     description="False-acceptance rate per criterion and human error category (equal-weight mean over the "
     "dataset–model groups that contain the category).",
 )
-def false_acceptance(
-    criterion_decisions: pl.DataFrame, audit_labels: pl.DataFrame
-) -> dg.Output[pl.DataFrame]:
+def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     return dg.Output(cp.false_acceptance(criterion_decisions, audit_labels))

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from noisycal_platform.correctness import pipeline as correctness_pipeline
 from noisycal_platform.io import InputError, read_predictions, read_reference_labels
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
@@ -19,6 +20,8 @@ ANNOTATIONS = dg.AssetKey([STAGE, "annotations"])
 PREDICTIONS = dg.AssetKey([STAGE, "predictions"])
 REFERENCE_LABELS = dg.AssetKey([STAGE, "reference_labels"])
 CONFIRMATIONS = dg.AssetKey([STAGE, "confirmations"])
+GENERATIONS = dg.AssetKey([STAGE, "generations"])
+AUDIT_LABELS = dg.AssetKey([STAGE, "audit_labels"])
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
@@ -63,9 +66,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
     metadata={"partition_expr": MODEL_VERSION_COLUMN},
     description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
 )
-def predictions(
-    context: dg.AssetExecutionContext, model_registry: ModelRegistryResource
-) -> dg.Output[pl.DataFrame]:
+def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
     version = context.partition_key
     path = model_registry.predictions_file(version)
     try:
@@ -176,3 +177,47 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
             ),
         },
     )
+
+
+def _fail_on_input_error(fn):
+    from noisycal_platform.correctness.io import CorrectnessInputError
+
+    try:
+        return fn()
+    except CorrectnessInputError as exc:
+        raise dg.Failure(description=str(exc)) from None
+
+
+@dg.asset(
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
+    "kept and counted as invalid, never dropped.",
+)
+def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations))
+    return dg.Output(
+        frame,
+        metadata={
+            "predictions": frame.height,
+            "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
+            "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
+        },
+    )
+
+
+@dg.asset(
+    key_prefix=STAGE,
+    group_name=STAGE,
+    pool=DUCKDB_POOL,
+    kinds={"polars", "duckdb"},
+    ins={"generations": dg.AssetIn(GENERATIONS)},
+    automation_condition=EAGER,
+    description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
+    "independent or joint decision; each row matched to exactly one generation.",
+)
+def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations))
+    return dg.Output(frame, metadata={"audited": frame.height})

@@ -172,8 +172,7 @@ def cleaning(
 
     layout = inbox.layout
     sizes = {
-        r["dataset"]: int(r["n"])
-        for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)
+        r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)
     }
     roots = {r["dataset"]: r["root"] for r in images.select("dataset", "root").unique().iter_rows(named=True)}
     text = cp.render_cleaning_report(

@@ -75,9 +75,7 @@ def run_sql_model(conn, model: SqlModel) -> int:
     conn.execute("BEGIN TRANSACTION")
     try:
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{model.schema}"')
-        conn.execute(
-            f'CREATE OR REPLACE TABLE "{model.schema}"."{model.name}" AS {model.sql}', model.params or None
-        )
+        conn.execute(f'CREATE OR REPLACE TABLE "{model.schema}"."{model.name}" AS {model.sql}', model.params or None)
         conn.execute("COMMIT")
     except Exception:
         conn.execute("ROLLBACK")
@@ -99,9 +97,7 @@ def _build(model: SqlModel) -> dg.AssetsDefinition:
     def _sql_asset(warehouse: DuckDBResource) -> dg.MaterializeResult:
         with warehouse.get_connection() as conn:
             rows = run_sql_model(conn, model)
-        return dg.MaterializeResult(
-            metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")}
-        )
+        return dg.MaterializeResult(metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")})
 
     return _sql_asset
 
