@@ -89,17 +89,37 @@ def test_tick_ingests_once_and_reruns_downstream(defs, layout):
         assert con.execute("select count(*) from staging.stg_annotations").fetchone()[0] == 3
 
 
-def test_bad_batch_leaves_warehouse_unchanged(defs, layout):
+BAD_BATCHES = {
+    "label_not_binary": (HEADER + "b,r1,1\nc,r1,maybe\n", "row 2", "column 'label'"),
+    "missing_column": ("item_id,label\nb,1\n", None, "column 'annotator_id'"),
+    "duplicate_pair": (HEADER + "b,r1,1\nb,r1,0\n", "row 2", "column 'annotator_id'"),
+    "repeats_accepted_batch": (HEADER + "b,r2,1\na,r1,0\n", "row 2", "column 'annotator_id'"),
+    "empty_file": ("", None, "empty"),
+    "not_utf8": (HEADER.encode() + b"b,r\xe91,1\n", "row 1", "column 'annotator_id'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BATCHES))
+def test_bad_batch_is_quarantined_and_leaves_warehouse_unchanged(defs, layout, case):
     (layout.annotation_inbox / "b1.csv").write_text(HEADER + "a,r1,1\n")
-    tick(layout.home, defs=defs)
-    (layout.annotation_inbox / "b2.csv").write_text(HEADER + "b,r1,1\nc,r1,maybe\n")
-    report = tick(layout.home, defs=defs)
-    assert all(r["success"] for r in report.runs)
-    assert (layout.quarantine / "b2.csv.reason.txt").read_text().count("row 2") == 1
+    tick(layout.home, defs=defs, automation=False)
     import duckdb
 
-    with duckdb.connect(str(layout.warehouse), read_only=True) as con:
-        assert con.execute("select item_id, label from raw.annotations").fetchall() == [("a", 1)]
+    def stored():
+        with duckdb.connect(str(layout.warehouse), read_only=True) as con:
+            return con.execute("select item_id, annotator_id, label from raw.annotations order by 1, 2").fetchall()
+
+    before = stored()
+    content, row, column = BAD_BATCHES[case]
+    bad = layout.annotation_inbox / "b2.csv"
+    bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    report = tick(layout.home, defs=defs, automation=False)
+    assert all(r["success"] for r in report.runs)
+    reason = (layout.quarantine / "b2.csv.reason.txt").read_text()
+    assert "b2.csv" in reason and column in reason and (row is None or row in reason)
+    assert (layout.quarantine / "b2.csv").read_bytes() == (content if isinstance(content, bytes) else content.encode())
+    assert not bad.exists()
+    assert stored() == before == [("a", "r1", 1)]
 
 
 def test_new_model_folder_creates_partition_and_loads_predictions(defs, layout):
