@@ -107,9 +107,7 @@ def validate_frame(frame, contract: TableContract) -> dict:
         if spec.kind == "binary":
             expectations.append(gxe.ExpectColumnValuesToBeInSet(column=spec.name, value_set=[0, 1]))
         elif spec.kind == "unit_float":
-            expectations.append(
-                gxe.ExpectColumnValuesToBeBetween(column=spec.name, min_value=0.0, max_value=1.0)
-            )
+            expectations.append(gxe.ExpectColumnValuesToBeBetween(column=spec.name, min_value=0.0, max_value=1.0))
         elif spec.kind == "id":
             expectations.append(gxe.ExpectColumnValueLengthsToBeBetween(column=spec.name, min_value=1))
     if len(contract.unique_key) == 1:
@@ -118,17 +116,13 @@ def validate_frame(frame, contract: TableContract) -> dict:
         expectations.append(gxe.ExpectCompoundColumnsToBeUnique(column_list=list(contract.unique_key)))
 
     context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(
-        globally=False
-    )  # no tqdm bars on stderr per validation
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)  # no tqdm bars on stderr per validation
     batch_def = (
         context.data_sources.add_pandas(name=f"{contract.name}_source")
         .add_dataframe_asset(name=contract.name)
         .add_batch_definition_whole_dataframe("whole")
     )
-    suite = context.suites.add(
-        gx.ExpectationSuite(name=f"{contract.name}_contract", expectations=expectations)
-    )
+    suite = context.suites.add(gx.ExpectationSuite(name=f"{contract.name}_contract", expectations=expectations))
     result = batch_def.get_batch(batch_parameters={"dataframe": frame.to_pandas()}).validate(suite)
     failed = []
     for r in result.results:

@@ -39,9 +39,7 @@ DEMO_RATERS = (
 )
 
 
-def write_demo_cleaning_scores(
-    home: Path, dataset: str = DEMO_DATASET, version: str = "v1", seed: int = 0
-) -> Path:
+def write_demo_cleaning_scores(home: Path, dataset: str = DEMO_DATASET, version: str = "v1", seed: int = 0) -> Path:
     """``models/<version>/cleaning/<dataset>.csv``: a "digit ≥ 5" classifier's scores for the cleaning-impact
     analysis. Logistic regression on 8×8 grey pixels read back from the PNGs, 2-fold cross-fitted on the dataset
     itself (each image scored by the model that did not see it), trained on the given (possibly flipped) labels;
@@ -88,9 +86,7 @@ def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)
     # the correctness report states that these inputs are synthetic
-    atomic_write_text(
-        layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n"
-    )
+    atomic_write_text(layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n")
     return written
 
 

@@ -130,8 +130,7 @@ def ingest_annotation_batches(layout: HomeLayout) -> IngestReport:
                 row = (
                     int(
                         frame.with_row_index("_r").filter(
-                            (pl.col("item_id") == first["item_id"])
-                            & (pl.col("annotator_id") == first["annotator_id"])
+                            (pl.col("item_id") == first["item_id"]) & (pl.col("annotator_id") == first["annotator_id"])
                         )["_r"][0]
                     )
                     + 1
@@ -206,9 +205,7 @@ def accepted_annotations(layout: HomeLayout) -> pl.DataFrame:
     ]
     if not frames:
         return pl.DataFrame(schema=ANNOTATION_SCHEMA)
-    return pl.concat([f.cast(ANNOTATION_SCHEMA) for f in frames], how="vertical").select(
-        list(ANNOTATION_SCHEMA)
-    )
+    return pl.concat([f.cast(ANNOTATION_SCHEMA) for f in frames], how="vertical").select(list(ANNOTATION_SCHEMA))
 
 
 # ------------------------------------------------------------------------------------------- confirmations

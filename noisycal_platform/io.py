@@ -40,9 +40,7 @@ class InputError(ValueError):
         self.column = column
         self.problem = problem
         where = ", ".join(
-            part
-            for part in (f"row {row}" if row is not None else "", f"column '{column}'" if column else "")
-            if part
+            part for part in (f"row {row}" if row is not None else "", f"column '{column}'" if column else "") if part
         )
         super().__init__(f"{self.file}: {where + ': ' if where else ''}{problem}")
 
@@ -132,9 +130,7 @@ def _first_bad(path: Path, mask: pl.Series, df: pl.DataFrame, column: str, probl
     if n_bad:
         idx = int(mask.arg_true()[0])
         value = df[column][idx]
-        raise InputError(
-            path, f"{problem} (got {value!r}); {n_bad} row(s) affected", row=idx + 1, column=column
-        )
+        raise InputError(path, f"{problem} (got {value!r}); {n_bad} row(s) affected", row=idx + 1, column=column)
 
 
 def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataFrame:
@@ -153,9 +149,7 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
         col = df[spec.name]
         if spec.kind == "id":
             s = col.cast(pl.String, strict=False).str.strip_chars()
-            _first_bad(
-                path, s.is_null() | (s.str.len_chars() == 0), df, spec.name, f"{spec.name} must not be empty"
-            )
+            _first_bad(path, s.is_null() | (s.str.len_chars() == 0), df, spec.name, f"{spec.name} must not be empty")
             out[spec.name] = s
         elif spec.kind == "binary":
             if col.dtype == pl.String:
@@ -183,20 +177,14 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
                 s = col.str.strip_chars()
                 empty = s.is_null() | (s.str.len_chars() == 0)
                 ts = s.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
-                _first_bad(
-                    path, ~empty & ts.is_null(), df, spec.name, f"{spec.name} must be an ISO-8601 date-time"
-                )
+                _first_bad(path, ~empty & ts.is_null(), df, spec.name, f"{spec.name} must be an ISO-8601 date-time")
                 out[spec.name] = ts
             elif isinstance(col.dtype, pl.Datetime):
                 out[spec.name] = (
-                    col.dt.replace_time_zone("UTC")
-                    if col.dtype.time_zone is None
-                    else col.dt.convert_time_zone("UTC")
+                    col.dt.replace_time_zone("UTC") if col.dtype.time_zone is None else col.dt.convert_time_zone("UTC")
                 ).dt.cast_time_unit("us")
             else:
-                raise InputError(
-                    path, f"{spec.name} must be a date-time, got dtype {col.dtype}", column=spec.name
-                )
+                raise InputError(path, f"{spec.name} must be a date-time, got dtype {col.dtype}", column=spec.name)
     frame = pl.DataFrame(out)
     if contract.unique_key:
         dup = frame.select(contract.unique_key).is_duplicated()

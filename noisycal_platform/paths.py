@@ -152,9 +152,7 @@ class HomeLayout:
             p = self.models / version / f"predictions.{ext}"
             if p.is_file():
                 return p
-        raise FileNotFoundError(
-            f"model version {version!r} has no predictions.csv|parquet in {self.models / version}"
-        )
+        raise FileNotFoundError(f"model version {version!r} has no predictions.csv|parquet in {self.models / version}")
 
     def registered_datasets(self) -> dict[str, Path]:
         """Datasets under ``datasets/<name>/`` plus those registered by path in ``datasets.json``."""

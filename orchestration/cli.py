@@ -117,14 +117,10 @@ def cmd_datasets(args) -> int:
         return 2
     from noisycal_platform.io import atomic_write_text
 
-    registry = (
-        json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
-    )
+    registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
     registry[args.name] = str(path)
     atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
-    print(
-        f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up"
-    )
+    print(f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up")
     return 0
 
 
@@ -134,9 +130,7 @@ def cmd_annotators(args) -> int:
     home = HomeLayout.at(args.home).ensure().home
     if args.action == "add":
         _token, path = confirm_app.add_annotator(home, args.name, args.role)
-        print(
-            f"annotator {args.name!r} ({args.role}) added. Personal login link (shown once, keep it private):"
-        )
+        print(f"annotator {args.name!r} ({args.role}) added. Personal login link (shown once, keep it private):")
         print(f"  http://127.0.0.1:{args.port}{path}")
     elif args.action == "revoke":
         confirm_app.revoke_annotator(home, args.name)
@@ -164,9 +158,7 @@ def cmd_status(args) -> int:
     print(f"models:     {', '.join(layout.model_versions()) or 'none'}")
     print(f"datasets:   {', '.join(layout.registered_datasets()) or 'none'}")
     print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
-    quarantined = (
-        sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
-    )
+    quarantined = sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
     print(f"quarantined batches: {len(quarantined)}")
     return 0
 
@@ -188,9 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("tick", help="evaluate sensors and automation once; run what they request").set_defaults(
         func=cmd_tick
     )
-    sub.add_parser("materialize", help="materialise every asset for every partition").set_defaults(
-        func=cmd_materialize
-    )
+    sub.add_parser("materialize", help="materialise every asset for every partition").set_defaults(func=cmd_materialize)
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)

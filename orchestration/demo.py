@@ -47,9 +47,7 @@ def _report(step: str, report: TickReport, started: float) -> int:
         + (f", {len(failed)} FAILED" if failed else "")
     )
     for run in failed:
-        print(
-            f"    FAILED {', '.join(run['assets'])} [{run['partition']}]: {'; '.join(run.get('errors', []))}"
-        )
+        print(f"    FAILED {', '.join(run['assets'])} [{run['partition']}]: {'; '.join(run.get('errors', []))}")
     return len(failed)
 
 
@@ -116,12 +114,8 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     print(f"[{time.perf_counter() - started:6.1f}s] demo inputs written (calibration, cleaning, correctness)")
 
     failures = 0
-    failures += _report(
-        "sensors: new inputs registered and loaded", tick(layout.home, automation=False), started
-    )
-    failures += _report(
-        "every asset materialised for every partition", materialize_everything(layout.home), started
-    )
+    failures += _report("sensors: new inputs registered and loaded", tick(layout.home, automation=False), started)
+    failures += _report("every asset materialised for every partition", materialize_everything(layout.home), started)
     failures += _report("automation baseline", tick(layout.home, sensors=False), started)
 
     demo_inputs.write_demo_confirmations(layout.home, seed=seed)
@@ -143,8 +137,5 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     print(f"reports:   {layout.reports / 'index.html'}")
     print(f"exports:   {layout.exports}")
     print("UI:        make ui   (Dagster on http://127.0.0.1:3000)")
-    print(
-        f"done in {time.perf_counter() - started:.0f}s"
-        + (f" with {failures} failed run(s)" if failures else "")
-    )
+    print(f"done in {time.perf_counter() - started:.0f}s" + (f" with {failures} failed run(s)" if failures else ""))
     return 1 if failures or missing else 0

@@ -90,9 +90,7 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
     )
     if not result.success:
         failures = [
-            f"{e.step_key}: {_root_cause(e.event_specific_data.error)}"
-            for e in result.all_events
-            if e.is_step_failure
+            f"{e.step_key}: {_root_cause(e.event_specific_data.error)}" for e in result.all_events if e.is_step_failure
         ]
         report.runs[-1]["errors"] = failures
 
@@ -174,9 +172,7 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
             groups[(levels[key], pname or "", pk or "")].append(key)
     executed = 0
     for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        _execute(
-            defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)"
-        )
+        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)")
         executed += 1
     return executed
 
@@ -234,7 +230,5 @@ def materialize_everything(home: str | Path, defs: dg.Definitions | None = None)
         for pk in instance.get_dynamic_partitions(pdef.name):
             groups[(levels[key], pdef.name, pk)].append(key)
     for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        _execute(
-            defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full"
-        )
+        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
     return report

@@ -54,7 +54,5 @@ class InboxResource(dg.ConfigurableResource):
         folder = self.layout.confirmation_inbox
         if not folder.is_dir():
             return ""
-        parts = [
-            f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.glob("*.jsonl"))
-        ]
+        parts = [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in sorted(folder.glob("*.jsonl"))]
         return "|".join(parts)

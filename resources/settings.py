@@ -51,7 +51,5 @@ def load_settings(home: Path) -> SettingsResource:
     data = json.loads(path.read_text(encoding="utf-8"))
     unknown = sorted(set(data) - set(SettingsResource.model_fields))
     if unknown:
-        raise ValueError(
-            f"{path}: unknown setting(s) {unknown}; known: {sorted(SettingsResource.model_fields)}"
-        )
+        raise ValueError(f"{path}: unknown setting(s) {unknown}; known: {sorted(SettingsResource.model_fields)}")
     return SettingsResource(**data)

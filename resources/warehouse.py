@@ -76,9 +76,7 @@ class _AtomicPolarsHandler(DuckDBPolarsTypeHandler):
             "row_count": obj.height,
             "dataframe_columns": MetadataValue.table_schema(
                 TableSchema(
-                    columns=[
-                        TableColumn(name=n, type=str(t)) for n, t in zip(obj.columns, obj.dtypes, strict=True)
-                    ]
+                    columns=[TableColumn(name=n, type=str(t)) for n, t in zip(obj.columns, obj.dtypes, strict=True)]
                 )
             ),
         }

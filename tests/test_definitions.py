@@ -43,6 +43,9 @@ ASSET_KEYS = [
     "reports/cleaning",
     "reports/correctness",
     "staging/stg_annotations",
+    "staging/stg_annotator_index",
+    "staging/stg_model_versions",
+    "staging/stg_scored_items",
 ]
 CHECKS = [
     "annotations_contract",
@@ -94,9 +97,11 @@ def test_lineage_of_the_calibration_chain(tmp_path):
     assert parents("calibration/channel_estimates") == {"raw/annotations", "raw/predictions"}
     assert parents("calibration/nc_ece_by_bin") == {
         "calibration/channel_estimates",
-        "raw/predictions",
-        "staging/stg_annotations",
+        "staging/stg_annotator_index",
+        "staging/stg_model_versions",
+        "staging/stg_scored_items",
     }
+    assert parents("staging/stg_scored_items") == {"raw/annotations", "raw/predictions", "staging/stg_annotator_index"}
     assert "calibration/recalibration_report" in parents("reports/calibration")
 
 

@@ -56,9 +56,7 @@ def test_every_calibration_asset_materialised(built):
     _, result = built
     assert result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert {"annotations_contract", "predictions_contract", "em_converged", "channel_gap_not_zero"} <= set(
-        checks
-    )
+    assert {"annotations_contract", "predictions_contract", "em_converged", "channel_gap_not_zero"} <= set(checks)
     assert checks["annotations_contract"] and checks["predictions_contract"]
     assert checks["em_converged"] and checks["channel_gap_not_zero"]
 
@@ -75,9 +73,7 @@ def test_warehouse_nc_ece_equals_library_on_the_same_inputs(built):
     assert stored == pytest.approx(expected.value, abs=1e-12)
     sql_bins = _sql(home, "select * from calibration.nc_ece_by_bin order by bin")
     assert sql_bins["bin"].to_list() == expected.bins["bin"].to_list()
-    np.testing.assert_allclose(
-        sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9
-    )
+    np.testing.assert_allclose(sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9)
 
 
 def test_recalibrators_exported_as_json_and_round_trip(built):

@@ -144,8 +144,7 @@ def _broken_dataset(home, extra_rows=""):
         Image.new("RGB", (16, 16), (i * 40, 10, 10)).save(root / f"ok_{i}.png")
     (root / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really a png")
     (root / "labels.csv").write_text(
-        "file_name,label\nok_0.png,a\nok_1.png,b\nok_2.png,a\nok_3.png,b\ncorrupt.png,a\nmissing.png,b\n"
-        + extra_rows
+        "file_name,label\nok_0.png,a\nok_1.png,b\nok_2.png,a\nok_3.png,b\ncorrupt.png,a\nmissing.png,b\n" + extra_rows
     )
     instance_for(home).add_dynamic_partitions("datasets", ["broken"])
 
@@ -171,13 +170,9 @@ def test_path_leaving_the_root_is_a_clear_error_and_writes_nothing(tmp_path):
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
     while failure.cause is not None:
         failure = failure.cause
-    assert (
-        "row 7" in failure.message and "file_name" in failure.message and "../escape.png" in failure.message
-    )
+    assert "row 7" in failure.message and "file_name" in failure.message and "../escape.png" in failure.message
     warehouse = home / "warehouse.duckdb"
     if warehouse.exists():  # nothing was written for the failed partition
         with duckdb.connect(str(warehouse), read_only=True) as con:
-            n = con.execute(
-                "select count(*) from information_schema.tables where table_name = 'images'"
-            ).fetchone()
+            n = con.execute("select count(*) from information_schema.tables where table_name = 'images'").fetchone()
             assert n[0] == 0

@@ -74,9 +74,7 @@ def test_noisycal_demo_runs_everything(tmp_path):
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         versions = [
             r[0]
-            for r in con.execute(
-                "select distinct model_version from calibration.nc_ece_report order by 1"
-            ).fetchall()
+            for r in con.execute("select distinct model_version from calibration.nc_ece_report order by 1").fetchall()
         ]
         assert versions == ["v1", "v2"]
         n_answers = con.execute("select count(*) from raw.confirmations").fetchone()[0]

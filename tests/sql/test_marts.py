@@ -12,16 +12,22 @@ from noisycal_platform.calibration.channels import Channel
 from noisycal_platform.calibration.nc_ece import nc_ece
 
 STG = parse_sql_model(SQL_ROOT / "staging" / "stg_annotations.sql")
+INDEX = parse_sql_model(SQL_ROOT / "staging" / "stg_annotator_index.sql")
+SCORED = parse_sql_model(SQL_ROOT / "staging" / "stg_scored_items.sql")
+VERSIONS = parse_sql_model(SQL_ROOT / "staging" / "stg_model_versions.sql")
 MART = parse_sql_model(SQL_ROOT / "marts" / "nc_ece_by_bin.sql")
 
 
 def test_models_parse_with_expected_lineage():
     assert STG.key.path == ["staging", "stg_annotations"] and STG.deps == (("raw", "annotations"),)
     assert MART.key.path == ["calibration", "nc_ece_by_bin"]
+    assert INDEX.deps == (("raw", "annotations"),)
+    assert SCORED.deps == (("raw", "annotations"), ("raw", "predictions"), ("staging", "stg_annotator_index"))
     assert MART.deps == (
         ("calibration", "channel_estimates"),
-        ("raw", "predictions"),
-        ("staging", "stg_annotations"),
+        ("staging", "stg_annotator_index"),
+        ("staging", "stg_model_versions"),
+        ("staging", "stg_scored_items"),
     )
     assert MART.params == {"n_bins": 15}
 
@@ -51,9 +57,7 @@ def test_nc_ece_by_bin_equals_numpy(tmp_path, seed):
         [(items[i], f"r{j}", int(a[i, j])) for i, j in zip(*np.nonzero(~np.isnan(a)), strict=True)],
         schema={"item_id": pl.String, "annotator_id": pl.String, "label": pl.Int8},
         orient="row",
-    ).with_columns(
-        pl.lit(None, pl.Datetime("us", "UTC")).alias("timestamp"), pl.lit("b.csv").alias("source_file")
-    )
+    ).with_columns(pl.lit(None, pl.Datetime("us", "UTC")).alias("timestamp"), pl.lit("b.csv").alias("source_file"))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     preds = pl.DataFrame({"item_id": items, "score": s}).with_columns(
         pl.lit("v2").alias("model_version"), pl.lit(now).alias("registered_at")
@@ -83,7 +87,8 @@ def test_nc_ece_by_bin_equals_numpy(tmp_path, seed):
         con.register("frame", frame.to_arrow())
         con.execute(f"create table {schema}.{name} as select * from frame")
         con.unregister("frame")
-    run_sql_model(con, STG)
+    for model in (STG, INDEX, SCORED, VERSIONS):
+        run_sql_model(con, model)
     assert run_sql_model(con, MART) == expected.bins.height
     got = con.execute("select * from calibration.nc_ece_by_bin order by bin").pl()
     assert got["model_version"].unique().to_list() == ["v2"]

@@ -30,9 +30,7 @@ def _fails(reader, path, row, column, words):
 
 
 def test_valid_annotations_roundtrip(tmp_path):
-    p = _write(
-        tmp_path, "ok.csv", "item_id,annotator_id,label,timestamp\na,r1,1,2026-01-02T03:04:05Z\nb,r1,0,\n"
-    )
+    p = _write(tmp_path, "ok.csv", "item_id,annotator_id,label,timestamp\na,r1,1,2026-01-02T03:04:05Z\nb,r1,0,\n")
     df = read_annotations(p)
     assert df.columns == ["item_id", "annotator_id", "label", "timestamp"]
     assert df["label"].to_list() == [1, 0] and df["label"].dtype == pl.Int8

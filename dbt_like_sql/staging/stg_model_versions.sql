@@ -1,0 +1,9 @@
+-- description: One row per model version: when it was registered and how many items it scored; `is_latest` marks
+-- description: the most recently registered version (ties: the larger version name), which the marts report on.
+SELECT
+    model_version,
+    max(registered_at) AS registered_at,
+    count(*) AS n_items,
+    row_number() OVER (ORDER BY max(registered_at) DESC, model_version DESC) = 1 AS is_latest
+FROM raw.predictions
+GROUP BY model_version
