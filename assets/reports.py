@@ -87,7 +87,9 @@ def calibration(
     layout = inbox.layout
     created = datetime.now(UTC).isoformat(timespec="seconds")
     rows, summaries = [], []
-    versions = sorted(channel_estimates[MODEL_VERSION_COLUMN].unique().to_list())
+    # an empty upstream (no model version registered yet) loads as a frame without columns
+    has_versions = MODEL_VERSION_COLUMN in channel_estimates.columns
+    versions = sorted(channel_estimates[MODEL_VERSION_COLUMN].unique().to_list()) if has_versions else []
     for version in versions:
 
         def part(frame: pl.DataFrame, v: str = version) -> pl.DataFrame:
@@ -171,6 +173,12 @@ def cleaning(
     from noisycal_platform.cleaning import pipeline as cp
 
     layout = inbox.layout
+    if "dataset" not in images.columns:  # no dataset registered yet: every upstream is an empty frame
+        created = datetime.now(UTC).isoformat(timespec="seconds")
+        written = _write(layout.reports / "cleaning.html", cp.render_cleaning_report(created=created))
+        write_index(layout)
+        frame = pl.DataFrame([{"report": "cleaning", "scope": "", "created": created, **written}], schema=REPORT_SCHEMA)
+        return dg.Output(frame, metadata={"path": written["path"], "datasets": 0})
     sizes = {
         r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)
     }

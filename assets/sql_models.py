@@ -70,6 +70,11 @@ def parse_sql_model(path: Path) -> SqlModel:
     return SqlModel(path, schema, path.stem, body.strip().rstrip(";"), params, deps, " ".join(description))
 
 
+def _table_exists(conn, schema: str, table: str) -> bool:
+    query = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+    return bool(conn.execute(query, [schema, table]).fetchone()[0])
+
+
 def run_sql_model(conn, model: SqlModel) -> int:
     """Replace ``schema.name`` with the model's result in one transaction; returns the row count."""
     conn.execute("BEGIN TRANSACTION")
@@ -93,11 +98,16 @@ def _build(model: SqlModel) -> dg.AssetsDefinition:
         automation_condition=EAGER,
         description=model.description or f"SQL model {model.path.relative_to(SQL_ROOT)}",
         metadata={"sql_file": str(model.path.relative_to(SQL_ROOT)), "params": str(model.params)},
+        output_required=False,
     )
-    def _sql_asset(warehouse: DuckDBResource) -> dg.MaterializeResult:
+    def _sql_asset(context: dg.AssetExecutionContext, warehouse: DuckDBResource):
         with warehouse.get_connection() as conn:
+            missing = [f"{s}.{t}" for s, t in model.deps if not _table_exists(conn, s, t)]
+            if missing:  # e.g. no model version registered yet: nothing to compute, not an error
+                context.log.info(f"{model.schema}.{model.name} skipped: upstream table(s) {missing} do not exist yet")
+                return
             rows = run_sql_model(conn, model)
-        return dg.MaterializeResult(metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")})
+        yield dg.MaterializeResult(metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")})
 
     return _sql_asset
 
