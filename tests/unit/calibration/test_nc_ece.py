@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from noisycal_platform.calibration import (
     estimate_channels,
     nc_ece,
 )
+from tests.shared_data import shared_path
 
 
 def _nc_ece_reference(scores, annotations, channels, weights, n_bins):
@@ -213,7 +213,7 @@ def test_bad_inputs_are_named():
         nc_ece(s[:10], a, chans)
 
 
-CIFAR = Path("/work/shared/data/cifar10n/cifar10n_binary_vehicle.csv")
+CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 
 
 @pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")

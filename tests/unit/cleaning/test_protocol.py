@@ -2,7 +2,6 @@
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -19,6 +18,7 @@ from noisycal_platform.cleaning.protocol import (
     stopping_count,
     truncate_sessions,
 )
+from tests.shared_data import shared_path
 
 
 def rec(aid, ann, item, answer, pos, t, undoes=None, role="expert", it="irrelevant", item2=None):
@@ -172,7 +172,7 @@ def test_label_error_prevalence_clopper_pearson():
         label_error_prevalence_ci(5, 3)
 
 
-REVISED = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "selfclean_revised"
+REVISED = shared_path("data", "selfclean_revised")
 SIZES = {"MED-NODE": 170, "PH2": 200, "DDI": 656, "Derm7pt": 2022, "PAD-UFES-20": 2298, "SD-128": 5619}
 LISTS = {
     "MED-NODE": "MED-NODE",

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from noisycal_platform.calibration import NotIdentifiableError, dawid_skene
+from tests.shared_data import shared_path
 
-CIFAR = Path("/work/shared/data/cifar10n/cifar10n_binary_vehicle.csv")
+CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 # README of shared/data/cifar10n: empirical channels against clean_label (independent of any estimator)
 CIFAR_TRUE_FPR = np.array([0.042933, 0.047667, 0.043833])
 CIFAR_TRUE_FNR = np.array([0.044300, 0.051950, 0.049900])

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from noisycal_platform.calibration import NotIdentifiableError, dawid_skene, two_group, two_group_from_moments
+from tests.shared_data import shared_path
 
 
 def _population_moments(prev, fpr, fnr):
@@ -79,7 +78,7 @@ def test_random_groups_on_real_data_are_refused():
         two_group(a, rng.integers(0, 2, 20_000))
 
 
-CIFAR = Path("/work/shared/data/cifar10n/cifar10n_binary_vehicle.csv")
+CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 
 
 @pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")
