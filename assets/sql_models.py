@@ -4,18 +4,21 @@
   header line says otherwise (marts live in the schema of the stage they serve).
 - Upstream assets are the ``schema.table`` names the SQL references after ``FROM`` / ``JOIN``.
 - ``-- param: name = value`` header lines declare named parameters (``$name`` in the SQL), bound by DuckDB —
-  values never enter the SQL text. DOUBLE parameters avoid DuckDB's slow DECIMAL path for literals.
+  values never enter the SQL text. A parameter that the platform settings also define (e.g. ``n_bins``) takes the
+  settings' value, so SQL and library share one bin count. DOUBLE parameters avoid DuckDB's slow DECIMAL path
+  for literals.
 - The table is replaced inside one transaction: readers see the old table or the new one, never half of it.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
 from assets.policy import DUCKDB_POOL, EAGER
+from resources.settings import SettingsResource
 
 __all__ = ["SQL_ROOT", "SqlModel", "build_sql_assets", "parse_sql_model"]
 
@@ -100,14 +103,22 @@ def _build(model: SqlModel) -> dg.AssetsDefinition:
         metadata={"sql_file": str(model.path.relative_to(SQL_ROOT)), "params": str(model.params)},
         output_required=False,
     )
-    def _sql_asset(context: dg.AssetExecutionContext, warehouse: DuckDBResource):
+    def _sql_asset(context: dg.AssetExecutionContext, warehouse: DuckDBResource, settings: SettingsResource):
+        # parameters the platform settings also define come from there (one bin count for SQL and library)
+        bound = replace(model, params={k: getattr(settings, k, v) for k, v in model.params.items()})
         with warehouse.get_connection() as conn:
             missing = [f"{s}.{t}" for s, t in model.deps if not _table_exists(conn, s, t)]
             if missing:  # e.g. no model version registered yet: nothing to compute, not an error
                 context.log.info(f"{model.schema}.{model.name} skipped: upstream table(s) {missing} do not exist yet")
                 return
-            rows = run_sql_model(conn, model)
-        yield dg.MaterializeResult(metadata={"rows": rows, "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```")})
+            rows = run_sql_model(conn, bound)
+        yield dg.MaterializeResult(
+            metadata={
+                "rows": rows,
+                "params": str(bound.params),
+                "sql": dg.MetadataValue.md(f"```sql\n{model.sql}\n```"),
+            }
+        )
 
     return _sql_asset
 

@@ -80,7 +80,7 @@ def main() -> None:
         con.unregister("f")
     staging = [
         parse_sql_model(SQL_ROOT / "staging" / f"{name}.sql")
-        for name in ("stg_annotations", "stg_annotator_index", "stg_scored_items", "stg_model_versions")
+        for name in ("stg_annotations", "stg_annotator_index", "stg_model_versions", "stg_scored_items")
     ]
     mart = parse_sql_model(SQL_ROOT / "marts" / "nc_ece_by_bin.sql")
     stg_med, _, _ = _timed(lambda: [run_sql_model(con, m) for m in staging], 1)

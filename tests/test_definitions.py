@@ -101,7 +101,12 @@ def test_lineage_of_the_calibration_chain(tmp_path):
         "staging/stg_model_versions",
         "staging/stg_scored_items",
     }
-    assert parents("staging/stg_scored_items") == {"raw/annotations", "raw/predictions", "staging/stg_annotator_index"}
+    assert parents("staging/stg_scored_items") == {
+        "raw/annotations",
+        "raw/predictions",
+        "staging/stg_annotator_index",
+        "staging/stg_model_versions",
+    }
     assert "calibration/recalibration_report" in parents("reports/calibration")
 
 

@@ -1,23 +1,21 @@
 -- stage: calibration
 -- description: Per-bin noise-corrected calibration table for the latest model version, in SQL.
 -- description: Must equal noisycal_platform.calibration.nc_ece(...).bins to 1e-9 (tests/sql/test_marts.py):
--- description: bin = min(floor(score*B), B-1); corrected label of an item = sum_j w_j (A_ij - a_j)/delta_j / sum_j w_j
+-- description: bin = min(floor(score*B), B-1) (staged in staging.stg_scored_items); corrected label of an item = sum_j w_j (A_ij - a_j)/delta_j / sum_j w_j
 -- description: over the annotators present; items with no annotation or zero total weight are excluded (seed 000 §3).
 -- description: Like the library, it aggregates per (bin, answer pattern) first and applies the channels to the few
--- description: distinct patterns, so its cost is one scan of staging.stg_scored_items.
--- param: n_bins = 15
+-- description: distinct patterns, so its cost is one aggregation of staging.stg_scored_items over small integers.
 WITH latest AS (
     SELECT model_version FROM staging.stg_model_versions WHERE is_latest
 ),
 cells AS (
     SELECT
-        least(floor(s.score * CAST($n_bins AS DOUBLE)), CAST($n_bins AS BIGINT) - 1)::BIGINT AS bin,
+        s.bin,
         s.mask,
         s.ones,
         count(*) AS n,
         sum(s.score) AS sum_score
-    FROM staging.stg_scored_items AS s
-    WHERE s.model_version = (SELECT model_version FROM latest)
+    FROM staging.stg_scored_items AS s  -- holds the latest version only
     GROUP BY ALL
 ),
 channels AS (
@@ -38,7 +36,7 @@ corrected AS (
 )
 SELECT
     (SELECT model_version FROM latest) AS model_version,
-    c.bin,
+    CAST(c.bin AS BIGINT) AS bin,
     CAST(sum(c.n) AS BIGINT) AS n,
     sum(c.sum_score) / sum(c.n) AS mean_score,
     sum(c.n * k.y) / sum(c.n) AS mean_corrected_label,

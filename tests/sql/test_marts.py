@@ -22,14 +22,19 @@ def test_models_parse_with_expected_lineage():
     assert STG.key.path == ["staging", "stg_annotations"] and STG.deps == (("raw", "annotations"),)
     assert MART.key.path == ["calibration", "nc_ece_by_bin"]
     assert INDEX.deps == (("raw", "annotations"),)
-    assert SCORED.deps == (("raw", "annotations"), ("raw", "predictions"), ("staging", "stg_annotator_index"))
+    assert SCORED.deps == (
+        ("raw", "annotations"),
+        ("raw", "predictions"),
+        ("staging", "stg_annotator_index"),
+        ("staging", "stg_model_versions"),
+    )
     assert MART.deps == (
         ("calibration", "channel_estimates"),
         ("staging", "stg_annotator_index"),
         ("staging", "stg_model_versions"),
         ("staging", "stg_scored_items"),
     )
-    assert MART.params == {"n_bins": 15}
+    assert MART.params == {} and SCORED.params == {"n_bins": 15}
 
 
 def _simulate(rng, n, fpr, fnr, p_missing):
@@ -87,7 +92,7 @@ def test_nc_ece_by_bin_equals_numpy(tmp_path, seed):
         con.register("frame", frame.to_arrow())
         con.execute(f"create table {schema}.{name} as select * from frame")
         con.unregister("frame")
-    for model in (STG, INDEX, SCORED, VERSIONS):
+    for model in (STG, INDEX, VERSIONS, SCORED):
         run_sql_model(con, model)
     assert run_sql_model(con, MART) == expected.bins.height
     got = con.execute("select * from calibration.nc_ece_by_bin order by bin").pl()
