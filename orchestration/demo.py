@@ -26,7 +26,8 @@ MARKER = ".noisycal-demo"
 
 def _prepare_home(layout: HomeLayout, fresh: bool) -> str | None:
     home = layout.home
-    if home.exists() and any(home.iterdir()):
+    # a tree of empty folders (what loading the code location creates) holds no data
+    if home.exists() and any(p.is_file() for p in home.rglob("*")):
         if not (home / MARKER).exists():
             return (
                 f"{home} already holds data that the demo did not create; refusing to touch it. Point "

@@ -49,6 +49,16 @@ def test_demo_refuses_a_home_it_did_not_create(tmp_path):
     assert (home / "precious.csv").exists()
 
 
+def test_demo_accepts_a_home_holding_only_empty_folders(tmp_path, monkeypatch):
+    """Loading the code location creates the empty folder layout; the demo must still treat the home as new."""
+    from noisycal_platform.paths import HomeLayout
+    from orchestration.demo import _prepare_home
+
+    layout = HomeLayout.at(tmp_path / "home").ensure()
+    assert _prepare_home(layout, fresh=False) is None
+    assert (layout.home / ".noisycal-demo").is_file()
+
+
 @pytest.mark.slow
 def test_noisycal_demo_runs_everything(tmp_path):
     home = tmp_path / "demo"
