@@ -49,7 +49,7 @@ def test_demo_refuses_a_home_it_did_not_create(tmp_path):
     assert (home / "precious.csv").exists()
 
 
-def test_demo_accepts_a_home_holding_only_empty_folders(tmp_path, monkeypatch):
+def test_demo_accepts_a_home_holding_only_empty_folders(tmp_path):
     """Loading the code location creates the empty folder layout; the demo must still treat the home as new."""
     from noisycal_platform.paths import HomeLayout
     from orchestration.demo import _prepare_home
