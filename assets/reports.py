@@ -36,6 +36,17 @@ def _write(path: Path, text: str) -> dict:
     return {"path": str(path), "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _publish(layout: HomeLayout, report: str, scope: str, text: str, created: str) -> pl.DataFrame:
+    """Write ``reports/<report>.html`` atomically, refresh the index, and return the one-row table entry."""
+    written = _write(layout.reports / f"{report}.html", text)
+    write_index(layout)
+    return pl.DataFrame([{"report": report, "scope": scope, "created": created, **written}], schema=REPORT_SCHEMA)
+
+
 def write_index(layout: HomeLayout) -> Path:
     """``reports/index.html`` linking every report file present (rewritten by each report asset)."""
     files = sorted(p for p in layout.reports.rglob("*.html") if p.name != "index.html")
@@ -85,7 +96,7 @@ def calibration(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     layout = inbox.layout
-    created = datetime.now(UTC).isoformat(timespec="seconds")
+    created = _now()
     rows, summaries = [], []
     # an empty upstream (no model version registered yet) loads as a frame without columns
     has_versions = MODEL_VERSION_COLUMN in channel_estimates.columns
@@ -173,12 +184,10 @@ def cleaning(
     from noisycal_platform.cleaning import pipeline as cp
 
     layout = inbox.layout
+    created = _now()
     if "dataset" not in images.columns:  # no dataset registered yet: every upstream is an empty frame
-        created = datetime.now(UTC).isoformat(timespec="seconds")
-        written = _write(layout.reports / "cleaning.html", cp.render_cleaning_report(created=created))
-        write_index(layout)
-        frame = pl.DataFrame([{"report": "cleaning", "scope": "", "created": created, **written}], schema=REPORT_SCHEMA)
-        return dg.Output(frame, metadata={"path": written["path"], "datasets": 0})
+        frame = _publish(layout, "cleaning", "", cp.render_cleaning_report(created=created), created)
+        return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": 0})
     sizes = {
         r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)
     }
@@ -196,22 +205,10 @@ def cleaning(
         queue=confirmation_queue,
         confirmed=confirmed_issues,
         dataset_roots=roots,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        created=created,
     )
-    written = _write(layout.reports / "cleaning.html", text)
-    write_index(layout)
-    frame = pl.DataFrame(
-        [
-            {
-                "report": "cleaning",
-                "scope": ",".join(sorted(sizes)),
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                **written,
-            }
-        ],
-        schema=REPORT_SCHEMA,
-    )
-    return dg.Output(frame, metadata={"path": written["path"], "datasets": len(sizes)})
+    frame = _publish(layout, "cleaning", ",".join(sorted(sizes)), text, created)
+    return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(sizes)})
 
 
 @dg.asset(
@@ -237,24 +234,9 @@ def correctness(
 
     layout = inbox.layout
     synthetic = (layout.generations.parent / "SYNTHETIC").is_file()
+    created = _now()
     text = render_correctness_report(
-        criterion_audit,
-        ue_sensitivity,
-        false_acceptance,
-        synthetic=synthetic,
-        created=datetime.now(UTC).isoformat(timespec="seconds"),
+        criterion_audit, ue_sensitivity, false_acceptance, synthetic=synthetic, created=created
     )
-    written = _write(layout.reports / "correctness.html", text)
-    write_index(layout)
-    frame = pl.DataFrame(
-        [
-            {
-                "report": "correctness",
-                "scope": "all",
-                "created": datetime.now(UTC).isoformat(timespec="seconds"),
-                **written,
-            }
-        ],
-        schema=REPORT_SCHEMA,
-    )
-    return dg.Output(frame, metadata={"path": written["path"], "synthetic_inputs": synthetic})
+    frame = _publish(layout, "correctness", "all", text, created)
+    return dg.Output(frame, metadata={"path": frame["path"][0], "synthetic_inputs": synthetic})

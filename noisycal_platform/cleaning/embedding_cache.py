@@ -7,13 +7,15 @@ rewritten.
 
 from __future__ import annotations
 
+import io
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+
+from noisycal_platform.io import atomic_write_bytes
 
 _HEX = re.compile(r"^[0-9a-zA-Z_.-]{1,128}$")
 
@@ -40,19 +42,9 @@ def save_embeddings(path: str | os.PathLike[str], emb: np.ndarray) -> Path:
     """Atomically write a float32 2-D array to ``path`` (.npy)."""
     if not isinstance(emb, np.ndarray) or emb.ndim != 2:
         raise ValueError(f"emb: expected a 2-D numpy array, got {type(emb).__name__}")
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.stem}.", suffix=".npy.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(emb, dtype=np.float32), allow_pickle=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(emb, dtype=np.float32), allow_pickle=False)
+    p = atomic_write_bytes(path, buf.getvalue())
     return p
 
 

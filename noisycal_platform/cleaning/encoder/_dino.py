@@ -12,7 +12,6 @@ import io
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from noisycal_platform.io import atomic_write_bytes
 
 from ._vit import IMAGENET_MEAN, IMAGENET_STD, MultiCropNet, ViT, build_backbone
 from .config import EncoderConfig
@@ -281,20 +282,6 @@ def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndar
     return out
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def encoder_bytes(encoder: Encoder) -> bytes:
     """Serialise {format, config JSON, history, teacher state_dict} with torch.save (weights_only-safe)."""
     payload = {
@@ -318,7 +305,7 @@ def save_encoder(encoder: Encoder, artifacts_dir: str | os.PathLike[str]) -> tup
     sha = hashlib.sha256(data).hexdigest()
     path = d / f"{sha}.pt"
     if not path.exists():
-        _atomic_write_bytes(path, data)
+        atomic_write_bytes(path, data)
     return sha, path
 
 
