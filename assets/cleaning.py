@@ -63,7 +63,8 @@ def _files(images: pl.DataFrame) -> pl.DataFrame:
 
 def _matrix(embeddings: pl.DataFrame, kind: str) -> np.ndarray:
     sub = embeddings.filter(pl.col("embedding_kind") == kind).sort("idx")
-    return np.asarray(sub["vector"].to_list(), dtype=np.float32)
+    # vectorised List -> fixed-width Array -> 2-D array (no Python loop over images)
+    return np.ascontiguousarray(sub["vector"].list.to_array(int(sub["vector"].list.len()[0])).to_numpy(), np.float32)
 
 
 def _n_stop(settings: SettingsResource) -> int:
@@ -188,7 +189,7 @@ def embeddings(
         parts.append(
             ordered.select("idx", "file_name", "label").with_columns(
                 pl.lit(kind).alias("embedding_kind"),
-                pl.Series("vector", matrix.astype(np.float32).tolist()),
+                pl.Series("vector", np.ascontiguousarray(matrix, np.float32)).cast(pl.List(pl.Float32)),
             )
         )
     frame = _with_dataset(pl.concat(parts), context.partition_key)

@@ -24,6 +24,9 @@ GENERATIONS = dg.AssetKey([STAGE, "generations"])
 AUDIT_LABELS = dg.AssetKey([STAGE, "audit_labels"])
 
 
+_COMMON = dict(key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"})
+
+
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
     if not items:
         return "none"
@@ -31,10 +34,7 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
     "invalid batches are quarantined with a reason, never half-ingested.",
 )
@@ -58,10 +58,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     partitions_def=MODEL_VERSIONS,
     metadata={"partition_expr": MODEL_VERSION_COLUMN},
     description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
@@ -86,10 +83,7 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
 )
 def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
@@ -105,10 +99,7 @@ def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     description="Every answer from the confirmation tool (inbox/confirmations/*.jsonl), once per answer_id; "
     "undo records kept (they cancel, never erase).",
 )
@@ -134,10 +125,7 @@ IMAGES = dg.AssetKey([STAGE, "images"])
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     partitions_def=DATASETS,
     metadata={"partition_expr": DATASET_COLUMN},
     description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
@@ -189,10 +177,7 @@ def _fail_on_input_error(fn):
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
     "kept and counted as invalid, never dropped.",
 )
@@ -209,10 +194,7 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
 
 
 @dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
+    **_COMMON,
     ins={"generations": dg.AssetIn(GENERATIONS)},
     automation_condition=EAGER,
     description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
