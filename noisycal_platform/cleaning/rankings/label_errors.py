@@ -2,18 +2,41 @@
 
 Hand-written because it needs, per sample, the exact nearest same-label *and* nearest other-label
 neighbour in O(N·D) memory; a k-NN library would need per-class indexes plus a farthest search.
+
+Scheme: samples are sorted by class and cut into class-aligned *micro-blocks* of ``_TILE // 8``
+points (only the last of a class is short); a tile is up to 8 consecutive micro-blocks of one class.
+Each upper-triangle tile pair is one float32 GEMM followed by two reductions, per-micro-block maxima
+along rows and along columns, folded into a running float32 max similarity per point and tracker
+(same label / other label). Only (point, micro-block, block max) triples within the screening
+margin of the running max are recorded; afterwards the recorded micro-blocks are recomputed for
+their points and the passing partners evaluated exactly in float64 (``_kernels``). Tiles are spread
+over a few threads, each with a single-threaded BLAS (see ``_ordered_map``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
-from ._kernels import as_unit_embeddings, exact_dists, screen_margin
+from ._kernels import as_unit_embeddings, exact_dists, screen_margin, sim_error_bound
 from .types import Ranking
 
 __all__ = ["label_error_scores", "rank_label_errors"]
 
-_TILE = 4096
+_TILE = 4096  # tile side (points)
+_MICRO_PER_TILE = 8  # micro-blocks per tile side: micro-block = _TILE // 8 = 512 points
+_STRIP_ELEMS = 1 << 18  # tile rows reduced both ways while in cache (1 MiB of float32)
+_RECORDS_CAP = 1 << 21  # records held before a compaction pass
+_MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one tile buffer
+
+_Map = Callable[[Callable, Iterable], Iterator]
+_TileOut = tuple[tuple[int, int], np.ndarray | None, np.ndarray | None, np.ndarray | None]
 
 
 def _validate_labels(labels: object, n: int) -> np.ndarray:
@@ -30,63 +53,188 @@ def _validate_labels(labels: object, n: int) -> np.ndarray:
         raise ValueError(f"labels must be mutually comparable values, got dtype {lab.dtype}: {exc}") from None
 
 
-class _Best:
-    """Running float32 extreme per point plus the (point, partner, s32) pairs that may attain it."""
+@contextlib.contextmanager
+def _ordered_map(parallel: bool) -> Iterator[_Map]:
+    """Yield an order-preserving ``map`` over worker threads (plain ``map`` if not ``parallel``).
 
-    def __init__(self, n: int, sign: float, eps2: float) -> None:
-        self.sign = sign  # +1: track the max similarity (nearest); -1: the min (farthest)
-        self.val = np.full(n, -np.inf)  # in sign-flipped units: sign * s
+    A multi-threaded BLAS loses much on a busy shared box (its threads wait on each other: 4096²
+    tiles ~15% slower, the small recompute GEMMs ~10x), so the workers split the tiles, each with a
+    single-threaded BLAS (set for the whole process while the context is open); the numpy
+    reductions release the GIL and run in parallel too. Results do not depend on the worker count.
+    """
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        parallel = False
+    if not parallel:  # small inputs: a pool and the BLAS switch cost more (~6 ms) than they save
+        yield map
+        return
+    blas = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
+    nw = min(_MAX_WORKERS, max(blas, default=1))
+    if nw <= 1:
+        yield map
+        return
+
+    def imap(fn: Callable, items: Iterable) -> Iterator:
+        pending: deque = deque()
+        for it in items:
+            pending.append(ex.submit(fn, it))
+            if len(pending) >= 2 * nw:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nw) as ex:
+        yield imap
+
+
+def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Per-micro-block maxima of tile ``s`` (micro-blocks of ``micro`` rows/columns, the last short).
+
+    ``r[p, j]`` = max of row p over column micro-block j; ``c[i, q]`` = max of column q over row
+    micro-block i (only if ``cols``). Strips of rows are reduced both ways while they are in cache;
+    one reshape per strip (``np.maximum.reduceat`` is ~30x slower).
+    """
+    na, nb = s.shape
+    ma, mb = -(-na // micro), -(-nb // micro)
+    kf = nb // micro  # full column micro-blocks
+    wf = kf * micro
+    r = np.empty((na, mb), dtype=np.float32)
+    c = np.empty((ma, nb), dtype=np.float32) if cols else None
+    tmp = np.empty(nb, dtype=np.float32)
+    h = max(1, min(micro, _STRIP_ELEMS // nb))
+    for i in range(ma):
+        lo, hi = i * micro, min(na, (i + 1) * micro)
+        for a in range(lo, hi, h):
+            b = min(hi, a + h)
+            st = s[a:b]
+            if kf:
+                np.max(st[:, :wf].reshape(b - a, kf, micro), axis=2, out=r[a:b, :kf])
+            if wf < nb:
+                np.max(st[:, wf:], axis=1, out=r[a:b, kf])
+            if c is not None:
+                if a == lo:
+                    np.max(st, axis=0, out=c[i])
+                else:
+                    np.max(st, axis=0, out=tmp)
+                    np.maximum(c[i], tmp, out=c[i])
+    return r, c
+
+
+def _floor32(t: np.ndarray) -> np.ndarray:
+    """Largest float32 <= each float64 threshold (float32 ``s >= t32`` never drops an ``s >= t``)."""
+    t32 = t.astype(np.float32)
+    return np.where(t32 > t, np.nextafter(t32, np.float32(-np.inf)), t32)
+
+
+class _Nearest:
+    """Nearest partner of one kind (same or other label) per point, by micro-block records.
+
+    Exactness. Let w be the exact nearest partner of p and q* the partner with the largest first-pass
+    float32 similarity, val[p] = s32(p, q*). ``screen_margin`` (eps2) gives s32(p, w) >= val[p] - eps2
+    because d(p, w) <= d(p, q*). The micro-block containing w therefore has block max >= s32(p, w)
+    >= final val[p] - eps2 >= val[p] - eps2 at the time it was folded (the running max only grows),
+    so (p, block) is recorded, and survives every compaction and the final filter, which use values
+    of val[p] <= final. The recomputed float32 similarity has its own rounding: s32'(p, w) >=
+    s(p, w) - eps >= s32(p, w) - 2 eps, hence the extra 2·sim_error_bound slack there. The minimum of
+    the exact distances over the passing partners is then the exact nearest distance.
+    """
+
+    def __init__(self, n: int, eps2: float) -> None:
+        self.val = np.full(n, -np.inf, dtype=np.float32)
+        self.eps2 = eps2
+        self.p: list[np.ndarray] = []
+        self.b: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.size = 0
+        self.cap = _RECORDS_CAP
+
+    def fold(self, m: np.ndarray, p0: int, b0: int) -> None:
+        """Fold block maxima ``m`` (points p0.., micro-blocks b0..) into the running maxima.
+
+        Records (p, block, max) where the max reaches the *updated* running max minus eps2.
+        """
+        cur = self.val[p0 : p0 + m.shape[0]]  # view: updated in place
+        np.maximum(cur, m.max(axis=1), out=cur)
+        line, j = np.nonzero(m >= (cur.astype(np.float64) - self.eps2)[:, None])
+        self.p.append((p0 + line).astype(np.int32))
+        self.b.append((b0 + j).astype(np.int32))
+        self.v.append(m[line, j])
+        self.size += line.size
+        if self.size > self.cap:
+            self._compact()
+            self.cap = max(_RECORDS_CAP, 2 * self.size)
+
+    def _compact(self) -> None:
+        p, b, v = np.concatenate(self.p), np.concatenate(self.b), np.concatenate(self.v)
+        keep = v >= self.val[p].astype(np.float64) - self.eps2
+        self.p, self.b, self.v = [p[keep]], [b[keep]], [v[keep]]
+        self.size = int(keep.sum())
+
+    def exact_dist(self, x: np.ndarray, mb_lo: np.ndarray, mb_hi: np.ndarray, same: bool, pmap: _Map) -> np.ndarray:
+        """Exact float64 distance to the nearest partner per point (inf where none was seen)."""
+        n = self.val.shape[0]
+        out = np.full(n, np.inf)
+        if not self.p:
+            return out
+        self._compact()
+        o = np.argsort(self.b[0], kind="stable")
+        p, b = self.p[0][o].astype(np.int64), self.b[0][o]
+        cuts = np.r_[0, np.flatnonzero(np.diff(b)) + 1, b.size]
+        slack = self.eps2 + 2.0 * sim_error_bound(x.shape[1])
+        groups = [
+            (int(mb_lo[b[g0]]), int(mb_hi[b[g0]]), p[a : min(g1, a + _TILE)])
+            for g0, g1 in itertools.pairwise(cuts.tolist())
+            for a in range(g0, g1, _TILE)
+        ]
+
+        def candidates(g: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            lo, hi, pts = g
+            s2 = x[pts] @ x[lo:hi].T
+            flat = np.flatnonzero(s2 >= _floor32(self.val[pts].astype(np.float64) - slack)[:, None])
+            pr, q = pts[flat // (hi - lo)], lo + flat % (hi - lo)
+            if same:
+                pr, q = pr[pr != q], q[pr != q]
+            return pr, q
+
+        res = list(pmap(candidates, groups))
+        pr = np.concatenate([r[0] for r in res])
+        q = np.concatenate([r[1] for r in res])
+        np.minimum.at(out, pr, exact_dists(x, pr, q))
+        return out
+
+
+class _Farthest:
+    """Running min similarity per point plus the (point, partner, s32) pairs that may attain it.
+
+    Only for singleton classes (single-line tiles), so plain per-pair screening is cheap.
+    """
+
+    def __init__(self, n: int, eps2: float) -> None:
+        self.val = np.full(n, -np.inf)  # in units of -s
         self.eps2 = eps2
         self.p: list[np.ndarray] = []
         self.q: list[np.ndarray] = []
         self.s: list[np.ndarray] = []
 
-    def update(self, s: np.ndarray, rows: slice, cols_offset: int, axis: int) -> None:
-        """Fold block ``s`` into the points along ``axis`` (0: rows of s, 1: columns of s).
-
-        One reduction pass over the block; only the lines whose block extreme reaches the running
-        extreme minus the margin are scanned again for candidate partners.
-        """
-        t = s if self.sign > 0 else -s
-        red = t.max(axis=1) if axis == 0 else t.max(axis=0)
-        cur = self.val[rows]
-        np.maximum(cur, red, out=cur)
-        self.val[rows] = cur
-        thr = cur - self.eps2
-        hot = np.flatnonzero(red >= thr)
-        if hot.size == 0:
-            return
-        if hot.size * 4 > red.size:  # many hot lines: one full comparison pass
-            w = t.shape[1]
-            flat = np.flatnonzero(t >= (thr[:, None] if axis == 0 else thr[None, :]))
-            r, c = flat // w, flat % w
-            line, partner = (r, c) if axis == 0 else (c, r)
-            vals = t.ravel()[flat]
-        else:  # few hot lines: gather them, compare only there
-            sub = t[hot] if axis == 0 else t[:, hot].T  # (hot lines) x (partners)
-            w = sub.shape[1]
-            flat = np.flatnonzero(sub >= thr[hot][:, None])
-            line, partner = hot[flat // w], flat % w
-            vals = sub.ravel()[flat]
-        self.p.append(rows.start + line)
-        self.q.append(cols_offset + partner)
-        self.s.append(vals.astype(np.float64))
+    def update(self, s: np.ndarray, p0: int, q0: int) -> None:
+        """Fold block ``s`` (points p0.. along rows, partners q0.. along columns)."""
+        t = -s.astype(np.float64)
+        cur = self.val[p0 : p0 + t.shape[0]]
+        np.maximum(cur, t.max(axis=1), out=cur)
+        line, partner = np.nonzero(t >= (cur - self.eps2)[:, None])
+        self.p.append(p0 + line)
+        self.q.append(q0 + partner)
+        self.s.append(t[line, partner])
 
     def exact_dist(self, x: np.ndarray, n: int) -> np.ndarray:
-        """Exact float64 distance to the winning partner per point (inf where none was seen)."""
-        out = np.full(n, np.inf if self.sign > 0 else -np.inf)
+        """Exact float64 distance to the farthest partner per point (-inf where none was seen)."""
+        out = np.full(n, -np.inf)
         if not self.p:
             return out
-        p = np.concatenate(self.p)
-        q = np.concatenate(self.q)
-        s = np.concatenate(self.s)
+        p, q, s = np.concatenate(self.p), np.concatenate(self.q), np.concatenate(self.s)
         keep = s >= self.val[p] - self.eps2
-        p, q = p[keep], q[keep]
-        d = exact_dists(x, p, q)
-        if self.sign > 0:
-            np.minimum.at(out, p, d)
-        else:
-            np.maximum.at(out, p, d)
+        np.maximum.at(out, p[keep], exact_dists(x, p[keep], q[keep]))
         return out
 
 
@@ -105,39 +253,56 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     cs = codes[perm]
     counts = np.bincount(cs, minlength=n_cls)
     starts = np.concatenate([[0], np.cumsum(counts)])
-    # tiles never straddle a class boundary: each chunk is (lo, hi, class)
-    chunks = [
-        (lo, min(lo + _TILE, int(starts[c + 1])), c)
-        for c in range(n_cls)
-        for lo in range(int(starts[c]), int(starts[c + 1]), _TILE)
-    ]
-    same = _Best(n, +1.0, eps2)
-    diff = _Best(n, +1.0, eps2)
-    far = _Best(n, -1.0, eps2)  # singleton classes: farthest other-label sample
+    micro = max(1, _TILE // _MICRO_PER_TILE)
+    tile = micro * _MICRO_PER_TILE
+    # class-aligned micro-blocks [mb_lo, mb_hi) (only the last of a class is short)
+    mb_lo = np.concatenate([np.arange(starts[c], starts[c + 1], micro) for c in range(n_cls)])
+    mb_hi = np.minimum(mb_lo + micro, starts[1:][cs[mb_lo]])
+    tiles = []  # (first micro-block, first point, end point, class); never straddles a class
+    for c in range(n_cls):
+        m0, m1 = (int(v) for v in np.searchsorted(mb_lo, [starts[c], starts[c + 1]]))
+        for m in range(m0, m1, _MICRO_PER_TILE):
+            tiles.append((m, int(mb_lo[m]), int(mb_hi[min(m + _MICRO_PER_TILE, m1) - 1]), c))
     singleton = counts == 1
+    local = threading.local()
 
-    for ai, (alo, ahi, acls) in enumerate(chunks):
-        xa = x[alo:ahi]
-        ra = slice(alo, ahi)
-        for blo, bhi, bcls in chunks[ai:]:
-            s = xa @ x[blo:bhi].T
-            rb = slice(blo, bhi)
-            if blo == alo:  # diagonal tile, same class: rows cover every ordered pair
-                if s.shape[0] > 1:
-                    np.fill_diagonal(s, -np.inf)
-                    same.update(s, ra, blo, axis=0)
-                continue
+    def tile_maxima(pair: tuple[int, int]) -> _TileOut:
+        """One GEMM + reductions (runs in a worker): row maxima, column maxima, singleton block."""
+        _, alo, ahi, acls = tiles[pair[0]]
+        _, blo, bhi, bcls = tiles[pair[1]]
+        if not hasattr(local, "buf"):
+            local.buf = np.empty(min(tile, n) ** 2, dtype=np.float32)
+        s = local.buf[: (ahi - alo) * (bhi - blo)].reshape(ahi - alo, bhi - blo)
+        np.matmul(x[alo:ahi], x[blo:bhi].T, out=s)
+        if pair[0] == pair[1]:  # diagonal tile, same class: its rows cover every ordered pair
+            if s.shape[0] == 1:
+                return pair, None, None, None
+            np.fill_diagonal(s, -np.inf)
+            return pair, _block_maxima(s, micro, cols=False)[0], None, None
+        r, c = _block_maxima(s, micro, cols=True)
+        edge = s.copy() if acls != bcls and (singleton[acls] or singleton[bcls]) else None
+        return pair, r, c, edge
+
+    same = _Nearest(n, eps2)
+    diff = _Nearest(n, eps2)
+    far = _Farthest(n, eps2)  # singleton classes: farthest other-label sample
+    pairs = ((i, j) for i in range(len(tiles)) for j in range(i, len(tiles)))  # lazy: O(#tiles²) pairs
+    with _ordered_map(n > tile) as pmap:
+        for (i, j), r, c, edge in pmap(tile_maxima, pairs):
+            ma0, alo, _, acls = tiles[i]
+            mb0, blo, _, bcls = tiles[j]
             tgt = same if acls == bcls else diff
-            tgt.update(s, ra, blo, axis=0)
-            tgt.update(s, rb, alo, axis=1)
-            if acls != bcls:
+            if r is not None:
+                tgt.fold(r, alo, mb0)
+            if c is not None:
+                tgt.fold(c.T, blo, ma0)
+            if edge is not None:
                 if singleton[acls]:
-                    far.update(s, ra, blo, axis=0)
+                    far.update(edge, alo, blo)
                 if singleton[bcls]:
-                    far.update(s, rb, alo, axis=1)
-
-    d_same_s = same.exact_dist(x, n)
-    d_diff_s = diff.exact_dist(x, n)
+                    far.update(edge.T, blo, alo)
+        d_same_s = same.exact_dist(x, mb_lo, mb_hi, True, pmap)
+        d_diff_s = diff.exact_dist(x, mb_lo, mb_hi, False, pmap)
     single_rows = singleton[cs]
     d_same_s[single_rows] = far.exact_dist(x, n)[single_rows]
 
@@ -167,9 +332,11 @@ def rank_label_errors(emb: np.ndarray, labels: object) -> Ranking:
     - only one distinct label (no other-label neighbour exists, d_diff = inf): every score is 1.0;
     - ties are ordered by sample index (stable sort).
 
-    Exact: float32 tiles screen candidates, the winners are re-evaluated in float64 (see ``_kernels``).
-    Memory O(N·D) plus one 4096×4096 float32 tile; the upper triangle is computed once (each tile
-    updates its rows and its columns).
+    Exact (equal to a float64 brute force): class-sorted upper-triangle float32 tiles are reduced to
+    per-micro-block (512-point) maxima per point; only micro-blocks within the screening margin of a
+    point's running max are kept, recomputed, and their partners re-evaluated in float64 (see the
+    module docstring and ``_kernels``). Memory O(N·D) plus one 4096×4096 float32 tile per worker
+    thread (at most 4); the upper triangle is computed once (each tile updates its rows and columns).
     """
     score, _, _ = label_error_scores(emb, labels)
     order = np.argsort(score, kind="stable")
