@@ -32,7 +32,7 @@ FORMAT_VERSION = 1
 
 @dataclass
 class Encoder:
-    """A trained encoder: the DINO teacher backbone plus its config and per-epoch mean loss."""
+    """A trained encoder: the DINO teacher backbone plus its config and per-epoch mean DINO loss."""
 
     config: EncoderConfig
     backbone: ViT
@@ -144,6 +144,18 @@ def dino_loss(student_out: torch.Tensor, teacher_out: torch.Tensor, center: torc
     return total / n_terms
 
 
+def koleo_loss(features: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """KoLeo spreading term −mean_i log(min_{j≠i} ||z_i − z_j||), z = L2-normalised features.
+
+    The Kozachenko–Leonenko entropy estimator used as a regulariser by DINOv2 (Oquab et al. 2023,
+    §4 and Sablayrolles et al. 2019): it pushes each sample away from its nearest batch neighbour.
+    """
+    z = F.normalize(features, dim=-1)
+    d = torch.cdist(z, z)
+    d = d + torch.eye(z.shape[0], device=z.device, dtype=z.dtype) * 1e6
+    return -torch.log(d.min(dim=1).values + eps).mean()
+
+
 def _param_groups(model: nn.Module) -> list[dict]:
     reg, not_reg = [], []
     for name, p in model.named_parameters():
@@ -169,7 +181,9 @@ def train_encoder(images: object, config: EncoderConfig, *,
 
     Per iteration: 2 global + ``n_local_crops`` local augmented crops; student sees all, teacher (EMA of
     the student, momentum cosine m→1) sees the globals; loss :func:`dino_loss`; centre
-    c ← λc + (1−λ)·mean(teacher out). Seeded: bit-for-bit reproducible on CPU with the same thread count.
+    c ← λc + (1−λ)·mean(teacher out). With ``koleo_weight`` > 0 the student's CLS tokens of each global
+    crop also get the KoLeo spreading term (:func:`koleo_loss`). ``history``: per-epoch mean DINO loss
+    (ln(out_dim) = uniform collapse). Seeded: bit-for-bit reproducible on CPU with the same thread count.
     Global torch RNG state is restored on exit.
     """
     if not isinstance(config, EncoderConfig):
@@ -225,8 +239,12 @@ def train_encoder(images: object, config: EncoderConfig, *,
                                       .chunk(c.n_local_crops))
                     with torch.no_grad():
                         t_out = teacher(crops[:2])
-                    s_out = student(crops)
-                    loss = dino_loss(s_out, t_out, center, float(tt_s[epoch]), c.student_temp, n_crops)
+                    s_out, s_feat = student.forward_with_features(crops)
+                    dino = dino_loss(s_out, t_out, center, float(tt_s[epoch]), c.student_temp, n_crops)
+                    loss = dino
+                    if c.koleo_weight > 0:  # per global crop, as in DINOv2
+                        g1, g2 = s_feat[: 2 * x.shape[0]].chunk(2)
+                        loss = dino + c.koleo_weight * (koleo_loss(g1) + koleo_loss(g2)) / 2
                     if not torch.isfinite(loss):
                         raise RuntimeError(f"DINO loss is not finite at epoch {epoch}, iteration {it}")
                     opt.zero_grad(set_to_none=True)
@@ -241,7 +259,7 @@ def train_encoder(images: object, config: EncoderConfig, *,
                         torch._foreach_add_(t_params, s_params, alpha=1.0 - m)
                         center.mul_(c.center_momentum).add_(t_out.mean(0, keepdim=True),
                                                             alpha=1.0 - c.center_momentum)
-                    losses.append(loss.detach())
+                    losses.append(dino.detach())
                     step += 1
                 history.append(float(torch.stack(losses).mean()))
                 if progress is not None:

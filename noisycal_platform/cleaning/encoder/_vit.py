@@ -107,6 +107,10 @@ class MultiCropNet(nn.Module):
         self.l2_norm = c.l2_norm_before_head
 
     def forward(self, crops: list[torch.Tensor]) -> torch.Tensor:
+        return self.forward_with_features(crops)[0]
+
+    def forward_with_features(self, crops: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Head logits and the backbone CLS tokens of all crops, both in crop order."""
         feats = []
         start = 0
         while start < len(crops):
@@ -116,9 +120,7 @@ class MultiCropNet(nn.Module):
             feats.append(self.backbone(torch.cat(crops[start:end])))
             start = end
         f = torch.cat(feats)
-        if self.l2_norm:
-            f = F.normalize(f, dim=-1)
-        return self.head(f)
+        return self.head(F.normalize(f, dim=-1) if self.l2_norm else f), f
 
 
 def build_backbone(config: EncoderConfig) -> ViT:

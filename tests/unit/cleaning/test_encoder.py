@@ -25,7 +25,7 @@ from noisycal_platform.cleaning.encoder import (  # noqa: E402
     save_encoder,
     train_encoder,
 )
-from noisycal_platform.cleaning.encoder._dino import cosine_schedule, dino_loss  # noqa: E402
+from noisycal_platform.cleaning.encoder._dino import cosine_schedule, dino_loss, koleo_loss  # noqa: E402
 from noisycal_platform.cleaning.encoder._vit import MultiCropNet, ViT  # noqa: E402
 
 TINY = EncoderConfig(image_size=16, patch_size=4, depth=1, heads=2, embed_dim=32, head_hidden_dim=64,
@@ -100,6 +100,36 @@ def test_dino_loss_matches_hand_computation() -> None:
     got = dino_loss(torch.tensor(s), torch.tensor(t), torch.tensor(c), tt, ts, n_crops)
     assert float(got) == pytest.approx(float(np.mean(terms)), rel=1e-10)
     assert len(terms) == 2 * n_crops - 2
+
+
+def test_koleo_loss_closed_form() -> None:
+    # four unit vectors at 90°: every nearest neighbour is at distance √2 -> −log √2; scale-free
+    sq = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+    assert float(koleo_loss(3.0 * sq)) == pytest.approx(-0.5 * np.log(2.0), rel=1e-7)  # eps = 1e-8 in the log
+    # a hexagon's nearest neighbours are at 60° -> chord 2 sin(30°) = 1 -> loss 0; unequal spacing
+    # (points at 0°, 10°, 180°): nearest chords 2 sin 5°, 2 sin 5°, 2 sin 85°
+    ang = torch.arange(6, dtype=torch.float64) * np.pi / 3
+    assert float(koleo_loss(torch.stack([ang.cos(), ang.sin()], 1))) == pytest.approx(0.0, abs=1e-7)
+    deg = torch.tensor([0.0, 10.0, 180.0], dtype=torch.float64) * np.pi / 180
+    want = -np.mean(np.log([2 * np.sin(np.radians(5)), 2 * np.sin(np.radians(5)), 2 * np.sin(np.radians(85))]))
+    assert float(koleo_loss(torch.stack([deg.cos(), deg.sin()], 1))) == pytest.approx(want, rel=1e-7)
+
+
+def test_koleo_term_spreads_the_embedding() -> None:
+    """The KoLeo weight changes training and increases the teacher embedding's nearest-neighbour spread."""
+    x = _images(48)
+    cfg = TINY.replace(epochs=4)
+    plain, spread = train_encoder(x, cfg), train_encoder(x, cfg.replace(koleo_weight=1.0))
+
+    def mean_nn_distance(e: np.ndarray) -> float:
+        d = 1.0 - e @ e.T
+        np.fill_diagonal(d, np.inf)
+        return float(d.min(1).mean())
+
+    assert mean_nn_distance(embed(spread, x)) > mean_nn_distance(embed(plain, x))
+    assert cfg.replace(koleo_weight=0.1).config_hash != cfg.config_hash
+    with pytest.raises(ValueError, match="koleo_weight"):
+        EncoderConfig(koleo_weight=-0.1)
 
 
 def test_cosine_schedule_closed_form() -> None:
