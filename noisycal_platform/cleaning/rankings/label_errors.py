@@ -10,21 +10,25 @@ along rows and along columns, folded into a running float32 max similarity per p
 (same label / other label). Only (point, micro-block, block max) triples within the screening
 margin of the running max are recorded; afterwards the recorded micro-blocks are recomputed for
 their points and the passing partners evaluated exactly in float64 (``_kernels``). Tiles are spread
-over a few threads, each with a single-threaded BLAS (see ``_ordered_map``).
+over a few threads, each with a single-threaded BLAS (``_kernels.ordered_map``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._kernels import as_unit_embeddings, exact_dists, screen_margin, sim_error_bound
+from ._kernels import (
+    OrderedMap,
+    as_unit_embeddings,
+    exact_dists,
+    floor32,
+    ordered_map,
+    screen_margin,
+    sim_error_bound,
+)
 from .types import Ranking
 
 __all__ = ["label_error_scores", "rank_label_errors"]
@@ -35,7 +39,6 @@ _STRIP_ELEMS = 1 << 18  # tile rows reduced both ways while in cache (1 MiB of f
 _RECORDS_CAP = 1 << 21  # records held before a compaction pass
 _MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one tile buffer
 
-_Map = Callable[[Callable, Iterable], Iterator]
 _TileOut = tuple[tuple[int, int], np.ndarray | None, np.ndarray | None, np.ndarray | None]
 
 
@@ -51,41 +54,6 @@ def _validate_labels(labels: object, n: int) -> np.ndarray:
         return np.unique(lab, return_inverse=True)[1].astype(np.int64).ravel()
     except TypeError as exc:  # unorderable mixed objects
         raise ValueError(f"labels must be mutually comparable values, got dtype {lab.dtype}: {exc}") from None
-
-
-@contextlib.contextmanager
-def _ordered_map(parallel: bool) -> Iterator[_Map]:
-    """Yield an order-preserving ``map`` over worker threads (plain ``map`` if not ``parallel``).
-
-    A multi-threaded BLAS loses much on a busy shared box (its threads wait on each other: 4096²
-    tiles ~15% slower, the small recompute GEMMs ~10x), so the workers split the tiles, each with a
-    single-threaded BLAS (set for the whole process while the context is open); the numpy
-    reductions release the GIL and run in parallel too. Results do not depend on the worker count.
-    """
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        parallel = False
-    if not parallel:  # small inputs: a pool and the BLAS switch cost more (~6 ms) than they save
-        yield map
-        return
-    blas = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
-    nw = min(_MAX_WORKERS, max(blas, default=1))
-    if nw <= 1:
-        yield map
-        return
-
-    def imap(fn: Callable, items: Iterable) -> Iterator:
-        pending: deque = deque()
-        for it in items:
-            pending.append(ex.submit(fn, it))
-            if len(pending) >= 2 * nw:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nw) as ex:
-        yield imap
 
 
 def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np.ndarray | None]:
@@ -119,12 +87,6 @@ def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np
                     np.max(st, axis=0, out=tmp)
                     np.maximum(c[i], tmp, out=c[i])
     return r, c
-
-
-def _floor32(t: np.ndarray) -> np.ndarray:
-    """Largest float32 <= each float64 threshold (float32 ``s >= t32`` never drops an ``s >= t``)."""
-    t32 = t.astype(np.float32)
-    return np.where(t32 > t, np.nextafter(t32, np.float32(-np.inf)), t32)
 
 
 class _Nearest:
@@ -171,7 +133,9 @@ class _Nearest:
         self.p, self.b, self.v = [p[keep]], [b[keep]], [v[keep]]
         self.size = int(keep.sum())
 
-    def exact_dist(self, x: np.ndarray, mb_lo: np.ndarray, mb_hi: np.ndarray, same: bool, pmap: _Map) -> np.ndarray:
+    def exact_dist(
+        self, x: np.ndarray, mb_lo: np.ndarray, mb_hi: np.ndarray, same: bool, pmap: OrderedMap
+    ) -> np.ndarray:
         """Exact float64 distance to the nearest partner per point (inf where none was seen)."""
         n = self.val.shape[0]
         out = np.full(n, np.inf)
@@ -191,7 +155,7 @@ class _Nearest:
         def candidates(g: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             lo, hi, pts = g
             s2 = x[pts] @ x[lo:hi].T
-            flat = np.flatnonzero(s2 >= _floor32(self.val[pts].astype(np.float64) - slack)[:, None])
+            flat = np.flatnonzero(s2 >= floor32(self.val[pts].astype(np.float64) - slack)[:, None])
             pr, q = pts[flat // (hi - lo)], lo + flat % (hi - lo)
             if same:
                 pr, q = pr[pr != q], q[pr != q]
@@ -287,7 +251,7 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     diff = _Nearest(n, eps2)
     far = _Farthest(n, eps2)  # singleton classes: farthest other-label sample
     pairs = ((i, j) for i in range(len(tiles)) for j in range(i, len(tiles)))  # lazy: O(#tiles²) pairs
-    with _ordered_map(n > tile) as pmap:
+    with ordered_map(n > tile, _MAX_WORKERS) as pmap:
         for (i, j), r, c, edge in pmap(tile_maxima, pairs):
             ma0, alo, _, acls = tiles[i]
             mb0, blo, _, bcls = tiles[j]

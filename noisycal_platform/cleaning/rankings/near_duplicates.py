@@ -2,20 +2,40 @@
 
 Hand-written because no library returns the *global* top-k pairs exactly in O(N·D) memory
 (faiss k-NN lists need a certificate and a retry to be exact).
+
+Scheme: the upper triangle is cut into ``_TILE``-point tiles; a tile is computed as strips of
+``_TILE // 8`` rows (one float32 GEMM each into a per-worker buffer that stays in cache), and each
+strip is screened against a threshold ``thr`` on the float32 similarity: every pair of the final
+top-k has ``s32 >= thr``. The survivors are re-evaluated in float64 (``_kernels.exact_dists``) and
+merged, in tile order, into a buffer of the best pairs, which tightens ``thr``. Tiles run on a few
+threads with a single-threaded BLAS each (``_kernels.ordered_map``).
 """
 
 from __future__ import annotations
 
 import numbers
+import threading
 
 import numpy as np
 
-from ._kernels import as_unit_embeddings, exact_dists, screen_margin
+from ._kernels import as_unit_embeddings, exact_dists, floor32, ordered_map, screen_margin
 from .types import PairRanking
 
 __all__ = ["rank_near_duplicates"]
 
-_TILE = 4096
+_TILE = 4096  # tile side (points)
+_STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows: 8 MiB float32 buffer per worker
+_MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one strip buffer
+
+_TileOut = tuple[np.ndarray, np.ndarray, np.ndarray, float]
+
+
+class _Screen:
+    """Shared float32 screening threshold (written by the main thread, read by the workers)."""
+
+    def __init__(self) -> None:
+        self.thr = -2.0  # sims are >= -1 - eps: everything passes
+        self.full = False  # the merged buffer holds >= k pairs (thr comes from its k-th distance)
 
 
 def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
@@ -27,10 +47,14 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
 
     ``top_k`` larger than N(N-1)/2 is **clamped**: all pairs are returned (none for N = 1).
 
-    Algorithm: upper-triangle tiles of float32 inner products; a running threshold (the current k-th
-    best exact similarity, minus the float32 error bound) prefilters each tile, and the survivors are
-    re-evaluated in float64, so the result equals a float64 brute force. Memory: O(N·D + k) plus one
-    4096×4096 float32 tile.
+    Algorithm: upper-triangle tiles of float32 inner products, screened in row strips against a
+    threshold that only keeps pairs able to enter the top k: ``kth32 - eps2`` with kth32 the k-th
+    largest float32 similarity seen in the tile (while fewer than k pairs are merged), then
+    ``1 - 2 d_k - eps2`` with d_k the current k-th smallest exact distance (eps2 =
+    ``screen_margin``). Survivors are re-evaluated in float64 and only pairs with d <= d_k are kept
+    (ties included; the final order is by (d, i, j)), so the result equals a float64 brute force
+    and does not depend on the tile order, the thread timing or the worker count. Memory:
+    O(N·D + k) plus one 512×4096 float32 strip per worker thread (at most 4).
     """
     x = as_unit_embeddings(emb)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
@@ -42,41 +66,65 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     eps2 = screen_margin(x)
 
     tile = min(_TILE, n)
-    lower = ~np.triu(np.ones((tile, tile), dtype=bool), 1)  # diagonal tile: keep j > i only
+    h = max(1, tile // _STRIPS_PER_TILE)
+    tri = np.tri(h, dtype=bool)  # diagonal strip block: mask column <= row (keep j > i)
+    screen = _Screen()
+    local = threading.local()
+
+    def tile_pairs(ab: tuple[int, int]) -> _TileOut:
+        """Survivors (i, j, d) of tile (a, b) and its own threshold (runs in a worker)."""
+        a, b = ab
+        if not hasattr(local, "buf"):
+            local.buf = np.empty(h * tile, dtype=np.float32)
+        top = None if screen.full else np.empty(0, np.float32)  # k largest s32 of this tile so far
+        thr_own = -2.0
+        out_i, out_j = [], []
+        for r0 in range(a, min(a + tile, n), h):
+            r1 = min(r0 + h, a + tile, n)
+            c0, c1 = (r0 if a == b else b), min(b + tile, n)  # diagonal tile: columns >= r0 only
+            s = local.buf[: (r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
+            np.matmul(x[r0:r1], x[c0:c1].T, out=s)
+            if a == b:
+                np.copyto(s[:, : r1 - r0], -np.inf, where=tri[: r1 - r0, : r1 - r0])
+            if top is not None:
+                flat = s.ravel()
+                top = np.concatenate([top, flat[flat >= top.min()] if top.size >= k else flat])
+                if top.size > k:
+                    top = np.partition(top, top.size - k)[top.size - k :]
+                if top.size >= k and np.isfinite(kth := float(top.min())):
+                    thr_own = max(thr_own, kth - eps2)
+            thr = floor32(max(screen.thr, thr_own))  # rounded down: never drops a pair
+            rows = np.flatnonzero(s.max(axis=1) >= thr)  # row maxima first: 2.5x cheaper than s >= thr
+            if rows.size:
+                w = c1 - c0
+                flat = np.flatnonzero(s[rows] >= thr)  # np.nonzero on 2-D is ~7x slower
+                out_i.append(r0 + rows[flat // w])
+                out_j.append(c0 + flat % w)
+        if not out_i:
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0), thr_own
+        ii, jj = np.concatenate(out_i), np.concatenate(out_j)
+        return ii, jj, exact_dists(x, ii, jj), thr_own
+
     buf_i = np.empty(0, np.int64)
     buf_j = np.empty(0, np.int64)
     buf_d = np.empty(0, np.float64)
-    thr = -2.0  # float32 screening threshold (sims are >= -1 - eps)
-
-    for a in range(0, n, tile):
-        xa = x[a : a + tile]
-        for b in range(a, n, tile):
-            s = xa @ x[b : b + tile].T
-            if a == b:
-                np.putmask(s, lower[: s.shape[0], : s.shape[1]], -np.inf)
-                n_valid = s.shape[0] * (s.shape[0] - 1) // 2
-            else:
-                n_valid = s.size
-            if buf_d.size < k and n_valid >= k:
-                # k-th best float32 value of this tile bounds the final k-th best from below
-                flat = s.ravel()
-                kth32 = float(np.partition(flat, flat.size - k)[flat.size - k])
-                thr = max(thr, kth32 - eps2)
-            idx = np.flatnonzero(s >= thr)
-            if idx.size == 0:
+    tiles = ((a, b) for a in range(0, n, tile) for b in range(a, n, tile))
+    with ordered_map(n > tile, _MAX_WORKERS) as pmap:
+        for ii, jj, dd, thr_own in pmap(tile_pairs, tiles):
+            # k pairs with s32 >= kth32 exist, so every top-k pair has s32 >= kth32 - eps2
+            screen.thr = max(screen.thr, thr_own)
+            if ii.size == 0:
                 continue
-            w = s.shape[1]
-            ii = a + idx // w
-            jj = b + idx % w
             buf_i = np.concatenate([buf_i, ii])
             buf_j = np.concatenate([buf_j, jj])
-            buf_d = np.concatenate([buf_d, exact_dists(x, ii, jj)])
+            buf_d = np.concatenate([buf_d, dd])
             if buf_d.size >= k:
                 dk = float(np.partition(buf_d, k - 1)[k - 1])
                 keep = buf_d <= dk
                 buf_i, buf_j, buf_d = buf_i[keep], buf_j[keep], buf_d[keep]
                 # d <= dk  =>  s >= 1 - 2 dk (up to rounding); screen float32 values with the bound
-                thr = max(thr, 1.0 - 2.0 * dk - eps2)
+                screen.thr = max(screen.thr, 1.0 - 2.0 * dk - eps2)
+                screen.full = True
 
     order = np.lexsort((buf_j, buf_i, buf_d))[:k]
     pairs = np.stack([buf_i[order], buf_j[order]], axis=1)

@@ -94,8 +94,8 @@ def test_multi_block_paths_equal_brute_force(small_tiles):
     np.testing.assert_array_equal(z[:, [0, 1, 3]], zs[:, [0, 1, 3]])
 
 
-def test_without_faiss_block_scan_path(monkeypatch, small_tiles):
-    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss -> ImportError: numpy/torch scan
+def test_single_linkage_does_not_need_faiss(monkeypatch, small_tiles):
+    monkeypatch.setitem(sys.modules, "faiss", None)  # import faiss -> ImportError; our own GEMM tiles are used
     x = clustered(600, dim=12, n_clusters=25, seed=8)
     zs = scipy_linkage(x)
     z = single_linkage(x)

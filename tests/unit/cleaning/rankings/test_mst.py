@@ -1,0 +1,155 @@
+"""Exact MST kernels (seed 001 §3.2): k-NN first lists, exact rescans, the tree itself.
+
+References are brute force on the dense float64 distance matrix: Kruskal over all pairs sorted by
+the strict key (d, i, j), and per-point sorted distance rows.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from noisycal_platform.cleaning.rankings import _mst
+from noisycal_platform.cleaning.rankings._kernels import screen_margin
+
+from ._brute import clustered, dense_dist, unit32
+
+
+def kruskal(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The unique MST under the key (d, i, j): Kruskal over all pairs, union-find in Python."""
+    d = dense_dist(x)
+    i, j = np.triu_indices(d.shape[0], 1)
+    o = np.lexsort((j, i, d[i, j]))
+    parent = list(range(d.shape[0]))
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    keep = []
+    for e in o.tolist():
+        ri, rj = find(int(i[e])), find(int(j[e]))
+        if ri != rj:
+            parent[ri] = rj
+            keep.append(e)
+    keep = np.array(keep, dtype=np.int64)
+    return i[keep], j[keep], d[i[keep], j[keep]]
+
+
+def sorted_edges(i: np.ndarray, j: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    o = np.lexsort((j, i, d))
+    return i[o], j[o], d[o]
+
+
+def with_copies(n: int, dim: int, seed: int) -> np.ndarray:
+    """Clustered points where a third of the rows are exact copies (ties at d = 0 across tiles)."""
+    rng = np.random.default_rng(seed)
+    x = clustered(n, dim=dim, n_clusters=8, seed=seed)
+    src, dst = rng.choice(n, (2, n // 3), replace=False)
+    x[dst] = x[src]
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 4])
+@pytest.mark.parametrize(("n", "dim", "copies"), [(5, 3, False), (300, 10, True), (650, 6, False)])
+def test_mst_equals_kruskal(small_tiles, monkeypatch, workers, n, dim, copies):
+    monkeypatch.setattr(_mst, "_MAX_WORKERS", workers)
+    monkeypatch.setattr(_mst, "_PARALLEL_MIN", 0)  # threaded rescans even for small inputs
+    x = with_copies(n, dim, seed=n) if copies else clustered(n, dim=dim, seed=n)
+    i, j, d, stats = _mst.exact_mst(unit32(x))
+    ri, rj, rd = kruskal(x)
+    ei, ej, ed = sorted_edges(i, j, d)
+    np.testing.assert_array_equal(ei, ri)
+    np.testing.assert_array_equal(ej, rj)
+    np.testing.assert_allclose(ed, rd, rtol=0, atol=1e-15)
+    assert stats["rounds"] >= 1 and np.all(i < j)
+
+
+@pytest.mark.parametrize("n", [2, 9, 10, 97, 400])
+def test_first_lists_are_certified_neighbours(small_tiles, n):
+    # the k listed points are the k nearest (by exact d, up to float32 screening near-ties) and
+    # every other point is at distance >= lb
+    x0 = with_copies(n, 8, seed=n)
+    x = unit32(x0)
+    k = min(8, n - 1)
+    nbr = np.empty((n, k), np.int64)
+    nd = np.empty((n, k))
+    lb = np.empty(n)
+    exact0 = np.zeros(n, bool)
+    _mst._first_lists(x, k, screen_margin(x), (nbr, nd, lb, exact0))
+    d = dense_dist(x0)
+    np.fill_diagonal(d, np.inf)
+    rows = np.arange(n)[:, None]
+    np.testing.assert_allclose(nd[~exact0], d[rows, nbr][~exact0], rtol=0, atol=1e-15)
+    assert np.all(nbr != rows)
+    assert np.all(np.diff(nd[~exact0], axis=1) >= 0)
+    listed = np.zeros((n, n), bool)
+    listed[rows, nbr] = True
+    listed[rows, rows] = True
+    assert np.all(np.where(listed, np.inf, d).min(axis=1) >= lb - 1e-15)
+    # the first entry is the exact nearest whenever it is certified (d < lb) or exact0
+    first_ok = (nd[:, 0] < lb) | exact0
+    assert first_ok.all()
+    np.testing.assert_allclose(nd[:, 0], d.min(axis=1), rtol=0, atol=1e-15)
+
+
+def test_rescan_exact_nearest_outside_component(small_tiles, monkeypatch):
+    monkeypatch.setattr(_mst, "_PARALLEL_MIN", 0)
+    n = 500
+    x0 = with_copies(n, 6, seed=3)
+    x = unit32(x0)
+    rng = np.random.default_rng(3)
+    # components: 70 singletons and a few large ones, so strips hold one or many components
+    comp = np.concatenate([np.arange(70), rng.integers(70, 75, n - 70)])[rng.permutation(n)]
+    rows = rng.choice(n, 260, replace=False)
+    k = 4
+    lists = (np.zeros((n, k), np.int64), np.zeros((n, k)), np.zeros(n), np.zeros(n, bool))
+    _mst._rescan_exact(x, rows, comp, screen_margin(x), lists)
+    nbr, nd, lb, exact0 = lists
+    d = dense_dist(x0)
+    d[comp[:, None] == comp[None, :]] = np.inf
+    want = np.lexsort((np.arange(n)[None, :].repeat(rows.size, 0), d[rows]), axis=1)[:, 0]  # (d, j) first
+    np.testing.assert_array_equal(nbr[rows, 0], want)
+    np.testing.assert_allclose(nd[rows, 0], d[rows].min(axis=1), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(lb[rows], nd[rows, 0])
+    assert exact0[rows].all() and np.all(nbr[rows, 1:] == rows[:, None])
+
+
+def test_group_bound_is_a_lower_bound():
+    rng = np.random.default_rng(0)
+    for w in (3, 17, 40, 257):
+        s = rng.standard_normal((30, w)).astype(np.float32)
+        s[rng.random(s.shape) < 0.2] = -np.inf
+        s[:2] = -np.inf
+        s[2] = rng.standard_normal(w)  # one fully finite row
+        for kk in (1, 5, 9):
+            bound = _mst._group_bound(s, kk)
+            kth = -np.sort(-s, axis=1)[:, kk - 1] if w >= kk else np.full(30, -np.inf)
+            assert np.all(bound <= kth)
+            assert np.isneginf(bound[:2]).all()
+            assert np.isfinite(bound[2]) == (w >= kk)  # >= kk groups whenever the row has kk entries
+
+
+def test_point_desc_key_orders_like_lexsort():
+    rng = np.random.default_rng(1)
+    p = rng.integers(0, 50, 5000)
+    s = rng.choice(np.array([-np.inf, -1.0, -0.5, -0.0, 0.0, 1e-30, -1e-30, 0.25, 1.0], np.float32), 5000)
+    s = np.where(rng.random(5000) < 0.5, rng.standard_normal(5000).astype(np.float32), s)
+    key = _mst._point_desc_key(p, s)
+    o = np.argsort(key, kind="stable")
+    ref = np.lexsort((-(s + np.float32(0)), p))  # -0.0 and 0.0 compare equal in both
+    np.testing.assert_array_equal(p[o], p[ref])
+    np.testing.assert_array_equal(s[o], s[ref])
+
+
+def test_results_independent_of_workers(small_tiles, monkeypatch):
+    x = unit32(with_copies(700, 5, seed=8))
+    out = []
+    for workers in (1, 2, 4):
+        monkeypatch.setattr(_mst, "_MAX_WORKERS", workers)
+        out.append(sorted_edges(*_mst.exact_mst(x)[:3]))
+    for o in out[1:]:
+        for a, b in zip(out[0], o, strict=True):
+            np.testing.assert_array_equal(a, b)
