@@ -27,7 +27,7 @@ import numpy as np
 
 # elements (float32) per inner-product block: 16 Mi elements = 64 MiB
 BLOCK_ELEMS = 1 << 24
-MAX_WORKERS = 4  # default cap on the tile worker threads of :func:`ordered_map`
+MAX_WORKERS = 4  # cap on the tile worker threads of :func:`ordered_map` (read at call time)
 
 OrderedMap = Callable[[Callable, Iterable], Iterator]
 
@@ -109,15 +109,16 @@ def floor32(t: np.ndarray | float) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def ordered_map(parallel: bool, max_workers: int = MAX_WORKERS) -> Iterator[OrderedMap]:
+def ordered_map(parallel: bool, max_workers: int | None = None) -> Iterator[OrderedMap]:
     """Yield an order-preserving ``map`` over worker threads (plain ``map`` if not ``parallel``).
 
     A multi-threaded BLAS loses much on a busy shared box (its threads wait on each other: 4096²
     tiles ~15% slower, small GEMMs ~10x), so the workers split the tiles, each with a
     single-threaded BLAS (set for the whole process while the context is open); the numpy
-    reductions release the GIL and run in parallel too. Workers = min(``max_workers``, the BLAS
-    thread count); at most 2 tasks per worker are in flight, and results come back in input order,
-    so callers that fold them in that order do not depend on the worker count.
+    reductions release the GIL and run in parallel too. Workers = min(``max_workers`` (default
+    ``MAX_WORKERS``), the BLAS thread count); at most 2 tasks per worker are in flight, and results
+    come back in input order, so callers that fold them in that order do not depend on the worker
+    count.
     """
     try:
         from threadpoolctl import threadpool_info, threadpool_limits
@@ -127,7 +128,7 @@ def ordered_map(parallel: bool, max_workers: int = MAX_WORKERS) -> Iterator[Orde
         yield map
         return
     blas = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
-    nw = min(max_workers, max(blas, default=1))
+    nw = min(MAX_WORKERS if max_workers is None else max_workers, max(blas, default=1))
     if nw <= 1:
         yield map
         return

@@ -43,7 +43,6 @@ _TILE = 4096  # tile side (points) of the k-NN pass; columns per GEMM block in t
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan task): 8 MiB float32
 _GROUPS = 16  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
 _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-6)
-_MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one buffer
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
 
 
@@ -155,7 +154,7 @@ def _first_lists(
         topj[u] = qq[sel].reshape(-1, k1)
         thr[u] = topv[u, k]
 
-    with ordered_map(n > tile, _MAX_WORKERS) as pmap:
+    with ordered_map(n > tile) as pmap:
         # the diagonal tiles first: every point then has a threshold from its own tile
         for p, q, sv in pmap(tile_candidates, [(a, a) for a in range(0, n, tile)]):
             merge(p, q, sv)
@@ -254,7 +253,7 @@ def _rescan_exact(
         sel = oo[first]
         return r_[rr[sel]], cc[sel], dd[sel]
 
-    with ordered_map(parallel, _MAX_WORKERS) as pmap:
+    with ordered_map(parallel) as pmap:
         for rb, cb, db in pmap(nearest, range(0, rows.size, h)):
             nbr[rb, 0] = cb
             nd[rb, 0] = db

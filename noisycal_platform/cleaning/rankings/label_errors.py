@@ -37,7 +37,6 @@ _TILE = 4096  # tile side (points)
 _MICRO_PER_TILE = 8  # micro-blocks per tile side: micro-block = _TILE // 8 = 512 points
 _STRIP_ELEMS = 1 << 18  # tile rows reduced both ways while in cache (1 MiB of float32)
 _RECORDS_CAP = 1 << 21  # records held before a compaction pass
-_MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one tile buffer
 
 _TileOut = tuple[tuple[int, int], np.ndarray | None, np.ndarray | None, np.ndarray | None]
 
@@ -251,7 +250,7 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     diff = _Nearest(n, eps2)
     far = _Farthest(n, eps2)  # singleton classes: farthest other-label sample
     pairs = ((i, j) for i in range(len(tiles)) for j in range(i, len(tiles)))  # lazy: O(#tiles²) pairs
-    with ordered_map(n > tile, _MAX_WORKERS) as pmap:
+    with ordered_map(n > tile) as pmap:
         for (i, j), r, c, edge in pmap(tile_maxima, pairs):
             ma0, alo, _, acls = tiles[i]
             mb0, blo, _, bcls = tiles[j]

@@ -25,7 +25,6 @@ __all__ = ["rank_near_duplicates"]
 
 _TILE = 4096  # tile side (points)
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows: 8 MiB float32 buffer per worker
-_MAX_WORKERS = 4  # threads, each with one single-threaded BLAS and one strip buffer
 
 _TileOut = tuple[np.ndarray, np.ndarray, np.ndarray, float]
 
@@ -109,7 +108,7 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     buf_j = np.empty(0, np.int64)
     buf_d = np.empty(0, np.float64)
     tiles = ((a, b) for a in range(0, n, tile) for b in range(a, n, tile))
-    with ordered_map(n > tile, _MAX_WORKERS) as pmap:
+    with ordered_map(n > tile) as pmap:
         for ii, jj, dd, thr_own in pmap(tile_pairs, tiles):
             # k pairs with s32 >= kth32 exist, so every top-k pair has s32 >= kth32 - eps2
             screen.thr = max(screen.thr, thr_own)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from noisycal_platform.cleaning.rankings import label_error_scores, label_errors
+from noisycal_platform.cleaning.rankings import _kernels, label_error_scores, label_errors
 
 from ._brute import clustered, unit32
 
@@ -66,7 +66,7 @@ def assert_equal_reference(x: np.ndarray, labels: np.ndarray) -> None:
     ],
 )
 def test_small_blocks_equal_brute_force(small_tiles, monkeypatch, sizes, workers):
-    monkeypatch.setattr(label_errors, "_MAX_WORKERS", workers)
+    monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     x, labels = make(sizes, dim=12, seed=sum(sizes), n_dup=sum(sizes) // 20)
     assert_equal_reference(x, labels)
 

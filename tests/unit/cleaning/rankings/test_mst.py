@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from noisycal_platform.cleaning.rankings import _mst
+from noisycal_platform.cleaning.rankings import _kernels, _mst
 from noisycal_platform.cleaning.rankings._kernels import screen_margin
 
 from ._brute import clustered, dense_dist, unit32
@@ -55,7 +55,7 @@ def with_copies(n: int, dim: int, seed: int) -> np.ndarray:
 @pytest.mark.parametrize("workers", [1, 4])
 @pytest.mark.parametrize(("n", "dim", "copies"), [(5, 3, False), (300, 10, True), (650, 6, False)])
 def test_mst_equals_kruskal(small_tiles, monkeypatch, workers, n, dim, copies):
-    monkeypatch.setattr(_mst, "_MAX_WORKERS", workers)
+    monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     monkeypatch.setattr(_mst, "_PARALLEL_MIN", 0)  # threaded rescans even for small inputs
     x = with_copies(n, dim, seed=n) if copies else clustered(n, dim=dim, seed=n)
     i, j, d, stats = _mst.exact_mst(unit32(x))
@@ -148,7 +148,7 @@ def test_results_independent_of_workers(small_tiles, monkeypatch):
     x = unit32(with_copies(700, 5, seed=8))
     out = []
     for workers in (1, 2, 4):
-        monkeypatch.setattr(_mst, "_MAX_WORKERS", workers)
+        monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
         out.append(sorted_edges(*_mst.exact_mst(x)[:3]))
     for o in out[1:]:
         for a, b in zip(out[0], o, strict=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from noisycal_platform.cleaning.rankings import PairRanking, near_duplicates, rank_near_duplicates
+from noisycal_platform.cleaning.rankings import PairRanking, _kernels, rank_near_duplicates
 
 from ._brute import clustered, dense_dist
 
@@ -42,7 +42,7 @@ def test_multi_tile_equals_brute_force(small_tiles):
 def test_strips_threads_and_copies_equal_brute_force(small_tiles, monkeypatch, workers, n, k):
     # tiles of 96 points in strips of 12 rows; k = 20,000 exceeds every tile's pairs (no tile
     # threshold until the merged buffer is full); exact copies tie at d = 0 across tiles
-    monkeypatch.setattr(near_duplicates, "_MAX_WORKERS", workers)
+    monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     rng = np.random.default_rng(n + k)
     x = clustered(n, dim=10, seed=n)
     src, dst = rng.choice(n, (2, n // 4), replace=False)
