@@ -9,7 +9,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from assets.policy import DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from assets.policy import CALIBRATION
 from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.calibration import NotIdentifiableError
 from noisycal_platform.calibration import pipeline as cal
@@ -17,27 +17,10 @@ from noisycal_platform.io import atomic_write_text
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 
-STAGE = "calibration"
-CHANNEL_ESTIMATES = dg.AssetKey([STAGE, "channel_estimates"])
-NC_ECE_REPORT = dg.AssetKey([STAGE, "nc_ece_report"])
-RECALIBRATORS = dg.AssetKey([STAGE, "recalibrators"])
-RECALIBRATION_REPORT = dg.AssetKey([STAGE, "recalibration_report"])
-
-_COMMON = dict(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
-    partitions_def=MODEL_VERSIONS,
-    metadata={"partition_expr": MODEL_VERSION_COLUMN},
-    automation_condition=EAGER,
-)
-
-
-def _tag(frame: pl.DataFrame, version: str) -> pl.DataFrame:
-    return frame.with_columns(pl.lit(version).alias(MODEL_VERSION_COLUMN)).select(
-        MODEL_VERSION_COLUMN, *[c for c in frame.columns if c != MODEL_VERSION_COLUMN]
-    )
+CHANNEL_ESTIMATES = CALIBRATION.key("channel_estimates")
+NC_ECE_REPORT = CALIBRATION.key("nc_ece_report")
+RECALIBRATORS = CALIBRATION.key("recalibrators")
+RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 
 
 def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> "cal.AnnotationMatrix":
@@ -51,8 +34,7 @@ def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     return "\n".join(rows)
 
 
-@dg.asset(
-    **_COMMON,
+@CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
     description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
     "diagnostics for the items this model version scored (seed 000 §4).",
@@ -75,7 +57,7 @@ def channel_estimates(
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
     return dg.Output(
-        _tag(table, context.partition_key),
+        CALIBRATION.tag(table, context.partition_key),
         metadata={
             "method": str(table["method"][0]),
             "converged": bool(table["converged"].all()),
@@ -86,8 +68,7 @@ def channel_estimates(
     )
 
 
-@dg.asset(
-    **_COMMON,
+@CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
     description="NC-ECE with a bootstrap CI beside naive ECE under majority vote, soft vote and each "
     "single annotator (seed 000 §3, §6).",
@@ -109,7 +90,7 @@ def nc_ece_report(
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.Output(
-        _tag(table, context.partition_key),
+        CALIBRATION.tag(table, context.partition_key),
         metadata={
             "nc_ece": float(nc["value"]),
             "nc_ece_ci": f"[{nc['ci_low']:.4f}, {nc['ci_high']:.4f}]",
@@ -121,8 +102,7 @@ def nc_ece_report(
     )
 
 
-@dg.asset(
-    **_COMMON,
+@CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
     description="Corrected-loss Platt/temperature and projected-histogram recalibrators, plus the naive "
     "baselines; parameters as JSON (exports/recalibrators/<version>/), never pickles (§5).",
@@ -141,7 +121,7 @@ def recalibrators(
     for name, params in cal.recalibrator_exports(table).items():
         atomic_write_text(folder / f"{name}.json", json.dumps(params, indent=1, sort_keys=True))
     return dg.Output(
-        _tag(table, context.partition_key),
+        CALIBRATION.tag(table, context.partition_key),
         metadata={
             "exported_to": str(folder),
             "fitted": dg.MetadataValue.md(_md_table(table, ["name", "status", "converged", "n_fit"])),
@@ -149,8 +129,7 @@ def recalibrators(
     )
 
 
-@dg.asset(
-    **_COMMON,
+@CALIBRATION.asset(
     ins={
         "annotations": dg.AssetIn(ANNOTATIONS),
         "predictions": dg.AssetIn(PREDICTIONS),
@@ -177,5 +156,5 @@ def recalibration_report(
         ["ece", "log_loss", "brier"] if refs is not None else []
     )
     return dg.Output(
-        _tag(table, context.partition_key), metadata={"table": dg.MetadataValue.md(_md_table(table, cols))}
+        CALIBRATION.tag(table, context.partition_key), metadata={"table": dg.MetadataValue.md(_md_table(table, cols))}
     )

@@ -8,30 +8,20 @@ false_acceptance. Criteria whose model or endpoint is not configured are skipped
 import dagster as dg
 import polars as pl
 
-from assets.policy import DUCKDB_POOL, EAGER
+from assets.policy import CORRECTNESS
 from assets.raw import AUDIT_LABELS, GENERATIONS
 from noisycal_platform.correctness import pipeline as cp
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
 
-STAGE = "correctness"
-CRITERION_DECISIONS = dg.AssetKey([STAGE, "criterion_decisions"])
-UE_SCORES = dg.AssetKey([STAGE, "ue_scores"])
-CRITERION_AUDIT = dg.AssetKey([STAGE, "criterion_audit"])
-UE_SENSITIVITY = dg.AssetKey([STAGE, "ue_sensitivity"])
-FALSE_ACCEPTANCE = dg.AssetKey([STAGE, "false_acceptance"])
-
-_COMMON = dict(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb"},
-    automation_condition=EAGER,
-)
+CRITERION_DECISIONS = CORRECTNESS.key("criterion_decisions")
+UE_SCORES = CORRECTNESS.key("ue_scores")
+CRITERION_AUDIT = CORRECTNESS.key("criterion_audit")
+UE_SENSITIVITY = CORRECTNESS.key("ue_sensitivity")
+FALSE_ACCEPTANCE = CORRECTNESS.key("false_acceptance")
 
 
-@dg.asset(
-    **_COMMON,
+@CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
     "(0.20/0.30/0.40), embedding cosine, NLI, LLM judge; unconfigured criteria appear as skipped.",
@@ -62,8 +52,7 @@ def criterion_decisions(
     return dg.Output(frame, metadata={"criteria": dg.MetadataValue.md(md)})
 
 
-@dg.asset(
-    **_COMMON,
+@CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     description="Uncertainty scores per prediction (higher = more uncertain): Self-Certainty, LogTokU, "
     "Answer Entropy, Semantic Entropy (discrete and likelihood-weighted).",
@@ -79,8 +68,7 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
     return dg.Output(frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"})
 
 
-@dg.asset(
-    **_COMMON,
+@CORRECTNESS.asset(
     ins={
         "criterion_decisions": dg.AssetIn(CRITERION_DECISIONS),
         "ue_scores": dg.AssetIn(UE_SCORES),
@@ -110,8 +98,7 @@ def criterion_audit(
     return dg.Output(frame, metadata={"overall": dg.MetadataValue.md(md or "no audited criterion")})
 
 
-@dg.asset(
-    **_COMMON,
+@CORRECTNESS.asset(
     ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "ue_scores": dg.AssetIn(UE_SCORES)},
     description="AUROC per dataset × UE method × criterion on the full prediction set (models equally "
     "weighted), the spread across criteria and the UE-method ranking reversals.",
@@ -127,8 +114,7 @@ def ue_sensitivity(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame) -
     )
 
 
-@dg.asset(
-    **_COMMON,
+@CORRECTNESS.asset(
     ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "audit_labels": dg.AssetIn(AUDIT_LABELS)},
     description="False-acceptance rate per criterion and human error category (equal-weight mean over the "
     "dataset–model groups that contain the category).",

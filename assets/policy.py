@@ -1,13 +1,33 @@
-"""Graph-wide policy in one place: the DuckDB pool, the automation conditions and the partition sets."""
+"""Graph-wide policy in one place: the DuckDB pool, the automation conditions, the partition sets and the
+stage-asset factory, so that each asset decorator states only what differs from its stage.
+"""
 
 from __future__ import annotations
 
-import dagster as dg
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-__all__ = ["DATASETS", "DATASET_COLUMN", "DUCKDB_POOL", "EAGER", "MODEL_VERSIONS", "MODEL_VERSION_COLUMN"]
+import dagster as dg
+import polars as pl
+
+__all__ = [
+    "CALIBRATION",
+    "CLEANING",
+    "CORRECTNESS",
+    "DATASETS",
+    "DATASET_COLUMN",
+    "DUCKDB_POOL",
+    "EAGER",
+    "MODEL_VERSIONS",
+    "MODEL_VERSION_COLUMN",
+    "RAW",
+    "REPORTS",
+    "Stage",
+]
 
 #: Every asset that opens the warehouse runs in this pool; ``$DAGSTER_HOME/dagster.yaml`` limits it to 1, so
-#: DuckDB's single-writer file lock is never contended (STACK.md "DuckDB under Dagster").
+#: DuckDB's single-writer file lock is never contended.
 DUCKDB_POOL = "duckdb"
 
 #: Downstream assets rerun when anything upstream is updated (new annotations, a new model version,
@@ -21,3 +41,65 @@ MODEL_VERSION_COLUMN = "model_version"
 #: One partition per image dataset (added by ``dataset_sensor``).
 DATASETS = dg.DynamicPartitionsDefinition(name="datasets")
 DATASET_COLUMN = "dataset"
+
+_DEFAULT_KINDS = frozenset({"polars", "duckdb"})
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What every asset of one stage shares: key prefix and group (``name``), pool, kinds, automation
+    condition and, for partitioned stages, the partitions definition and the column that holds its key.
+    """
+
+    name: str
+    partitions_def: dg.PartitionsDefinition | None = None
+    partition_column: str | None = None
+    kinds: frozenset[str] = _DEFAULT_KINDS
+    automation_condition: dg.AutomationCondition | None = EAGER
+    pool: str = DUCKDB_POOL
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def key(self, name: str) -> dg.AssetKey:
+        """``<stage>/<name>``: the one way a key of this stage is spelled."""
+        return dg.AssetKey([self.name, name])
+
+    def options(self, *, kinds: set[str] | frozenset[str] | None = None, **overrides: Any) -> dict[str, Any]:
+        """Keyword arguments for ``dg.asset`` / ``dg.multi_asset``: the stage's shared ones, then ``overrides``.
+
+        ``kinds`` are added to the stage's kinds (``{"html"}`` for a report), never replace them.
+        """
+        opts: dict[str, Any] = {
+            "group_name": self.name,
+            "pool": self.pool,
+            "kinds": set(self.kinds | (kinds or set())),
+            **self.extra,
+        }
+        if self.automation_condition is not None:
+            opts["automation_condition"] = self.automation_condition
+        if self.partitions_def is not None:
+            opts["partitions_def"] = self.partitions_def
+            opts["metadata"] = {"partition_expr": self.partition_column}
+        metadata = overrides.pop("metadata", None)
+        if metadata:
+            opts["metadata"] = {**opts.get("metadata", {}), **metadata}
+        opts.update(overrides)
+        return opts
+
+    def asset(self, **overrides: Any) -> Callable:
+        """``dg.asset`` with this stage's prefix and shared options; pass only what differs."""
+        return dg.asset(key_prefix=self.name, **self.options(**overrides))
+
+    def tag(self, frame: pl.DataFrame, partition_key: str) -> pl.DataFrame:
+        """``frame`` with the partition column first (set to ``partition_key``); unpartitioned: unchanged."""
+        if self.partition_column is None:
+            return frame
+        col = pl.lit(partition_key, dtype=pl.String).alias(self.partition_column)
+        rest = [c for c in frame.columns if c != self.partition_column]
+        return frame.select(col, *rest)
+
+
+RAW = Stage("raw", automation_condition=None)
+CLEANING = Stage("cleaning", partitions_def=DATASETS, partition_column=DATASET_COLUMN)
+CALIBRATION = Stage("calibration", partitions_def=MODEL_VERSIONS, partition_column=MODEL_VERSION_COLUMN)
+CORRECTNESS = Stage("correctness")
+REPORTS = Stage("reports", kinds=frozenset({"polars", "duckdb", "html"}))
