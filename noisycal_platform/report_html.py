@@ -88,7 +88,7 @@ def fmt_count(v: object) -> str:
 def fmt(v: object, sig: int = 3) -> str:
     """A value for a reader: ints as counts, floats to ``sig`` significant digits (at or above ``10**sig``
     rounded to an integer with separators, below 1e-4 in scientific notation), booleans as yes/no,
-    anything else escaped."""
+    anything else as ``str``. Every formatter returns plain text; :func:`html_table` escapes it."""
     if sig < 1:
         raise ValueError(f"sig must be >= 1, got {sig}")
     if _is_missing(v):
@@ -109,7 +109,7 @@ def fmt(v: object, sig: int = 3) -> str:
             return f"{v:.{sig - 1}e}"
         decimals = max(sig - 1 - math.floor(math.log10(a)), 0)
         return f"{v:.{decimals}f}"
-    return esc(v)
+    return str(v)
 
 
 def fmt_fixed(v: object, decimals: int = 3) -> str:
@@ -118,7 +118,7 @@ def fmt_fixed(v: object, decimals: int = 3) -> str:
         return MISSING
     if isinstance(v, int | float) and not isinstance(v, bool):
         return f"{float(v):.{decimals}f}"
-    return esc(v)
+    return str(v)
 
 
 def fmt_p(p: object) -> str:
@@ -208,8 +208,8 @@ def html_table(
 ) -> str:
     """An HTML table of ``df`` (the ``columns`` present, in that order). Cells are formatted per column:
     ``formats[col]`` if given, else counts (integer columns, ``n_*``, ``size``) by :func:`fmt_count`,
-    p-values (``p_value``, ``*_p``) by :func:`fmt_p`, everything else by :func:`fmt`. String cells are
-    escaped; a cell formatter's output is inserted as is. An empty frame gives :func:`empty_note` ``(empty)``.
+    p-values (``p_value``, ``*_p``) by :func:`fmt_p`, everything else by :func:`fmt`; every cell is then
+    escaped. An empty frame gives :func:`empty_note` of ``empty`` (say which data would fill the table).
     """
     if df is None or df.height == 0 or df.width == 0:
         return empty_note(empty)
@@ -222,7 +222,7 @@ def html_table(
     head = "".join(f"<th class='{k}'>{esc(labels.get(c, c))}</th>" for c, k in zip(cols, cls, strict=True))
     body = []
     for row in df.select(cols).iter_rows():
-        tds = "".join(f"<td class='{k}'>{f(v)}</td>" for v, f, k in zip(row, fns, cls, strict=True))
+        tds = "".join(f"<td class='{k}'>{esc(f(v))}</td>" for v, f, k in zip(row, fns, cls, strict=True))
         body.append(f"<tr>{tds}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
