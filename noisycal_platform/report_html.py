@@ -181,7 +181,7 @@ def ci_verdict(value: float | None, lo: float | None, hi: float | None, limit: f
 
 
 _COUNT = re.compile(r"^(n|num|count|size)$|^n_|_count$|^n[A-Z]")
-_PVALUE = re.compile(r"^p$|^p_value$|_p$|^p_")
+_PVALUE = re.compile(r"^p$|p_value$|^pvalue$")  # not p_chance / p_plus (parameters, not p-values)
 
 
 def _formatter(name: str, dtype: pl.DataType) -> Callable[[object], str]:
@@ -193,7 +193,8 @@ def _formatter(name: str, dtype: pl.DataType) -> Callable[[object], str]:
 
 
 def empty_note(what_fills: str) -> str:
-    """The paragraph an empty section shows: what is missing and which data would fill it."""
+    """The paragraph an empty section shows: what is missing and which data would fill it (``what_fills`` is
+    HTML written by the report's code, inserted as is)."""
     return f"<p class='empty'>Nothing to show yet (no rows): {what_fills}</p>"
 
 
@@ -208,7 +209,7 @@ def html_table(
 ) -> str:
     """An HTML table of ``df`` (the ``columns`` present, in that order). Cells are formatted per column:
     ``formats[col]`` if given, else counts (integer columns, ``n_*``, ``size``) by :func:`fmt_count`,
-    p-values (``p_value``, ``*_p``) by :func:`fmt_p`, everything else by :func:`fmt`; every cell is then
+    p-values (``p``, ``*p_value``) by :func:`fmt_p`, everything else by :func:`fmt`; every cell is then
     escaped. An empty frame gives :func:`empty_note` of ``empty`` (say which data would fill the table).
     """
     if df is None or df.height == 0 or df.width == 0:
