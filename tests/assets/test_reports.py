@@ -4,6 +4,7 @@ missing, with the reason taken from the run records; report files are group-read
 
 from __future__ import annotations
 
+import json
 import re
 import stat
 from types import SimpleNamespace
@@ -97,6 +98,7 @@ def _keys(names):
 def failing_version_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("reports") / "home"
     write_demo_calibration_inputs(home, seed=0)  # v1, good
+    (home / "settings.json").write_text(json.dumps({"n_bootstrap": 50}))  # intervals are not under test here
     write_demo_model_version(home, "v2", seed=0)  # registered, never run
     (home / "models" / "v3").mkdir(parents=True)
     (home / "models" / "v3" / "predictions.csv").write_text("item_id,score\nitem_0001,2.5\n")  # breaks its contract
