@@ -188,6 +188,7 @@ def calibration(
         newest_input=_newest_input(context, [a.key for a in CALIBRATION_INPUTS.values()]),
         links=[("overview", "calibration/index.html")] + [(v, f"calibration/{v}.html") for v in versions],
         missing=missing,
+        missing_kind="model version",
     ))
     frame = pl.DataFrame(rows, schema=REPORT_SCHEMA)
     return dg.Output(

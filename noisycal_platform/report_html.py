@@ -54,7 +54,8 @@ body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1200px;padding:0
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}h3{font-size:1.05em}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:0.9em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;white-space:nowrap}
-th{background:#f2f2f2}td.l,th.l{text-align:left}
+th{background:#f2f2f2;white-space:normal;vertical-align:bottom}td.l,th.l{text-align:left}
+.tw{overflow-x:auto;max-width:100%}
 img.plot{max-width:100%;border:1px solid #eee;margin:4px 0}
 .note{color:#555;font-size:0.9em}.empty{color:#555;font-style:italic}
 .banner{background:#fff3cd;border:1px solid #e0c36a;padding:0.6em 1em;margin:1em 0}
@@ -225,7 +226,7 @@ def html_table(
     for row in df.select(cols).iter_rows():
         tds = "".join(f"<td class='{k}'>{esc(f(v))}</td>" for v, f, k in zip(row, fns, cls, strict=True))
         body.append(f"<tr>{tds}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f"<div class='tw'><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 def page(title: str, body: str | Iterable[str], *, created: str | None = None, extra_css: str = "") -> str:

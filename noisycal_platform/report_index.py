@@ -31,6 +31,7 @@ __all__ = [
 
 STATUS_FOLDER = ".status"
 _ORDER = ("cleaning", "calibration", "correctness")
+_TITLES = {"cleaning": "Data cleaning", "calibration": "Calibration", "correctness": "Correctness criteria"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class StageStatus:
     newest_input: str | None = None
     links: list[tuple[str, str]] = field(default_factory=list)
     missing: list[tuple[str, str]] = field(default_factory=list)
+    missing_kind: str = "part"
 
     @classmethod
     def from_dict(cls, d: Mapping) -> StageStatus:
@@ -57,6 +59,7 @@ class StageStatus:
             newest_input=d.get("newest_input"),
             links=[(str(a), str(b)) for a, b in d.get("links", [])],
             missing=[(str(a), str(b)) for a, b in d.get("missing", [])],
+            missing_kind=str(d.get("missing_kind", "part")),
         )
 
 
@@ -99,14 +102,21 @@ def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFr
     return pl.DataFrame(rows, schema=schema)
 
 
+def _when(iso: str | None) -> str:
+    """``2026-12-01T17:46:27+00:00`` → ``2026-12-01 17:46:27 UTC``."""
+    if not iso:
+        return "none yet"
+    return iso.replace("T", " ").removesuffix("+00:00") + " UTC"
+
+
 def _verdict_sentence(r: Mapping, limit: float) -> str:
     est = rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])
     v = r["verdict"]
     if v == "within":
-        return f"model {r['model_version']}: within the limit {rh.fmt(limit)} (NC-ECE {est})"
+        return f"model {r['model_version']}: within the limit {limit:g} (NC-ECE {est})"
     if v == "above":
-        return f"model {r['model_version']}: above the limit {rh.fmt(limit)} (NC-ECE {est})"
-    return f"model {r['model_version']}: not enough evidence against the limit {rh.fmt(limit)} (NC-ECE {est})"
+        return f"model {r['model_version']}: above the limit {limit:g} (NC-ECE {est})"
+    return f"model {r['model_version']}: not enough evidence against the limit {limit:g} (NC-ECE {est})"
 
 
 def calibration_verdict_lines(verdicts: pl.DataFrame, limit: float) -> list[str]:
@@ -126,7 +136,7 @@ def render_calibration_overview(
     rows = [
         {"model version": f"<a href='{rh.esc(r['model_version'])}.html'>{rh.esc(r['model_version'])}</a>",
          "NC-ECE (95% CI)": rh.esc(rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])),
-         f"against the limit {rh.esc(rh.fmt(limit))}": rh.esc(r["verdict"])}
+         f"against the limit {limit:g}": rh.esc(r["verdict"])}
         for r in verdicts.iter_rows(named=True)
     ]
     body = ["<h2>Model versions</h2>"]
@@ -148,6 +158,7 @@ def _missing_html(missing: Sequence[tuple[str, str]], what: str) -> list[str]:
     if not missing:
         return []
     items = "".join(f"<li><b>{rh.esc(part)}</b>: {rh.esc(reason)}</li>" for part, reason in missing)
+    what = rh.esc(what)
     return [f"<h3 class='bad'>Not in this report ({len(missing)} {what}{'s' if len(missing) != 1 else ''})</h3>"
             f"<ul>{items}</ul><p class='note'>The report is built from the other parts; these appear once "
             "they are computed.</p>"]
@@ -156,22 +167,27 @@ def _missing_html(missing: Sequence[tuple[str, str]], what: str) -> list[str]:
 def render_index(statuses: Iterable[StageStatus], *, home: str, other_files: Iterable[str] = ()) -> str:
     """``reports/index.html``: per stage its verdict lines, when it was built and when its newest input
     arrived, its links and what is missing; then every other report file present."""
-    body = [f"<p class='note'>Home: <code>{rh.esc(home)}</code>. Times are UTC.</p>"]
+    body = [f"<p class='note'>Home: <code>{rh.esc(home)}</code>.</p>"]
     seen = set()
     statuses = list(statuses)
     for st in statuses:
         seen.update(p for _, p in st.links)
         stale = st.newest_input is not None and st.newest_input > st.built
-        fresh = (f"built {rh.esc(st.built)}; newest input {rh.esc(st.newest_input or 'none yet')}"
+        fresh = (f"built {rh.esc(_when(st.built))}; newest input {rh.esc(_when(st.newest_input))}"
                  + (" — <b class='bad'>inputs changed after this build; a rebuild is due</b>" if stale else ""))
         links = " · ".join(f"<a href='{rh.esc(p)}'>{rh.esc(label)}</a>" for label, p in st.links)
         verdict = "".join(f"<li>{rh.esc(v)}</li>" for v in st.verdict) or "<li>no verdict yet</li>"
         body.append(f"<h2>{rh.esc(st.title)}</h2><p class='note'>{fresh}</p><ul>{verdict}</ul><p>{links}</p>")
-        body += _missing_html(st.missing, "part")
-    if not statuses:
-        body.append(rh.empty_note("each stage's report appears here after its first build (cleaning once a "
-                                  "dataset is registered, calibration once a model version and annotations are "
-                                  "in, correctness once generations and an audit are in)."))
+        body += _missing_html(st.missing, st.missing_kind)
+    built = {st.report for st in statuses}
+    waiting = {
+        "cleaning": "it is built once a dataset is registered and ranked.",
+        "calibration": "it is built once a model version's predictions and annotations are in.",
+        "correctness": "it is built once model generations and an audit are in.",
+    }
+    for name in _ORDER:
+        if name not in built:
+            body.append(f"<h2>{rh.esc(_TITLES[name])}</h2>" + rh.empty_note("not built yet; " + waiting[name]))
     rest = sorted(p for p in other_files if p not in seen)
     if rest:
         body.append("<h2>All report files</h2><ul>"

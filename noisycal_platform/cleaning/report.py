@@ -26,11 +26,11 @@ __all__ = ["cleaning_status_line", "render_cleaning_report", "review_progress", 
 
 _EXTRA_CSS = """
 .cands{display:flex;flex-wrap:wrap;gap:8px}.cand{border:1px solid #ccc;padding:4px;font-size:0.75em;
-text-align:center}.cand img{display:inline-block;margin:1px}.yes{background:#fde2e2}
+text-align:center}.cand img{display:inline-block;margin:1px;height:72px;width:auto}.yes{background:#fde2e2}
 """
 
 NOT_REVIEWED = "not reviewed yet"
-_NEEDS_ANSWERS = "No answers have arrived yet; "
+_NEEDS_ANSWERS = "no answers have arrived yet; "
 TRUTH_SENTENCE = (
     "it fills when a dataset folder holds <code>truth.json</code>, the dataset's known contamination: one JSON "
     "object with <code>irrelevant</code> (a list of file names), <code>near_duplicates</code> (a list of "
