@@ -130,3 +130,40 @@ def test_no_global_backend_switch():
     for mod in ("report_html.py", "cleaning/report.py", "calibration/report.py", "correctness/report.py"):
         text = (ROOT / "noisycal_platform" / mod).read_text()
         assert "matplotlib.use(" not in text and "pyplot" not in text.replace("no pyplot", ""), mod
+
+
+# ------------------------------------------------------------------------------------------------ index page
+def test_calibration_verdicts_against_the_limit():
+    from noisycal_platform import report_index as ri
+
+    rep = pl.DataFrame({
+        "model_version": ["a", "b", "c", "a"],
+        "estimator": ["nc_ece", "nc_ece", "nc_ece", "naive_soft_vote"],
+        "value": [0.03, 0.2, 0.09, 0.5],
+        "ci_low": [0.02, 0.15, 0.05, 0.4],
+        "ci_high": [0.04, 0.25, 0.13, 0.6],
+    })
+    v = ri.calibration_verdicts(rep, limit=0.1)
+    assert v["model_version"].to_list() == ["a", "b", "c"]  # the naive row is not a verdict
+    assert v["verdict"].to_list() == ["within", "above", "not enough evidence"]
+    lines = ri.calibration_verdict_lines(v, 0.1)
+    assert lines[0] == "model a: within the limit 0.1 (NC-ECE 0.030 (95% CI 0.020–0.040))"
+
+
+def test_index_shows_verdict_freshness_missing_and_unbuilt_stages(tmp_path):
+    from noisycal_platform import report_index as ri
+
+    st = ri.StageStatus(report="calibration", title="Calibration", verdict=["model a: within"],
+                        built="2026-12-01T10:00:00+00:00", newest_input="2026-12-01T10:05:00+00:00",
+                        links=[("a", "calibration/a.html")], missing=[("v9", "the latest run failed: bad <file>")],
+                        missing_kind="model version")
+    ri.write_status(tmp_path, st)
+    (tmp_path / ri.STATUS_FOLDER / "broken.json").write_text("{not json")  # skipped, never fatal
+    statuses = ri.read_statuses(tmp_path)
+    assert statuses == [st]
+    page = ri.render_index(statuses, home="/h", other_files=["calibration/a.html", "extra.html"])
+    assert "built 2026-12-01 10:00:00 UTC; newest input 2026-12-01 10:05:00 UTC" in page
+    assert "a rebuild is due" in page  # an input newer than the build
+    assert "<b>v9</b>: the latest run failed: bad &lt;file&gt;" in page and "(1 model version)" in page
+    assert "Data cleaning" in page and "not built yet" in page  # a stage without a status says so
+    assert "href='extra.html'" in page and page.count("href='calibration/a.html'") == 1
