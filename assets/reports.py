@@ -22,6 +22,7 @@ from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
+from noisycal_platform.report_html import fmt_time
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 
@@ -64,7 +65,7 @@ def _failure_reason(instance: dg.DagsterInstance, partition: str) -> str:
     if not records:
         return "not computed yet (no run for this version so far)"
     rec = records[0]
-    run, when = rec.dagster_run, _iso(rec.update_timestamp.timestamp())
+    run, when = rec.dagster_run, fmt_time(_iso(rec.update_timestamp.timestamp()))
     if run.status == dg.DagsterRunStatus.FAILURE:
         message = ""
         changes = instance.fetch_run_status_changes(

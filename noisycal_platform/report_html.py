@@ -41,6 +41,7 @@ __all__ = [
     "fmt_fixed",
     "fmt_p",
     "fmt_share",
+    "fmt_time",
     "html_table",
     "img",
     "page",
@@ -161,6 +162,17 @@ def fmt_ci(v: object, lo: object, hi: object, *, level: float = 0.95, decimals: 
     return f"{r(v)} ({100 * level:g}% CI {r(lo)}–{r(hi)})"
 
 
+def fmt_time(iso: str | None) -> str:
+    """An ISO 8601 UTC time for a reader: ``2026-12-01T17:46:27+00:00`` → ``2026-12-01 17:46:27 UTC``."""
+    if not iso:
+        return "none yet"
+    text = str(iso).replace("T", " ", 1)
+    for utc in ("+00:00", "Z"):
+        if text.endswith(utc):
+            return text.removesuffix(utc) + " UTC"
+    return text
+
+
 def fmt_share(k: int, n: int) -> str:
     """``k of n (p%)`` with the percentage to three significant digits (``12 of 1,500 (0.800%)``)."""
     if n <= 0:
@@ -232,7 +244,7 @@ def html_table(
 def page(title: str, body: str | Iterable[str], *, created: str | None = None, extra_css: str = "") -> str:
     """A complete, self-contained HTML document: ``<h1>title</h1>``, the build time, then ``body``."""
     parts = [body] if isinstance(body, str) else list(body)
-    stamp = f"<p class='note'>Built {esc(created)}.</p>" if created else ""
+    stamp = f"<p class='note'>Built {esc(fmt_time(created))}.</p>" if created else ""
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"

@@ -102,13 +102,6 @@ def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFr
     return pl.DataFrame(rows, schema=schema)
 
 
-def _when(iso: str | None) -> str:
-    """``2026-12-01T17:46:27+00:00`` → ``2026-12-01 17:46:27 UTC``."""
-    if not iso:
-        return "none yet"
-    return iso.replace("T", " ").removesuffix("+00:00") + " UTC"
-
-
 def _verdict_sentence(r: Mapping, limit: float) -> str:
     est = rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])
     v = r["verdict"]
@@ -173,7 +166,7 @@ def render_index(statuses: Iterable[StageStatus], *, home: str, other_files: Ite
     for st in statuses:
         seen.update(p for _, p in st.links)
         stale = st.newest_input is not None and st.newest_input > st.built
-        fresh = (f"built {rh.esc(_when(st.built))}; newest input {rh.esc(_when(st.newest_input))}"
+        fresh = (f"built {rh.esc(rh.fmt_time(st.built))}; newest input {rh.esc(rh.fmt_time(st.newest_input))}"
                  + (" — <b class='bad'>inputs changed after this build; a rebuild is due</b>" if stale else ""))
         links = " · ".join(f"<a href='{rh.esc(p)}'>{rh.esc(label)}</a>" for label, p in st.links)
         verdict = "".join(f"<li>{rh.esc(v)}</li>" for v in st.verdict) or "<li>no verdict yet</li>"
@@ -187,7 +180,7 @@ def render_index(statuses: Iterable[StageStatus], *, home: str, other_files: Ite
     }
     for name in _ORDER:
         if name not in built:
-            body.append(f"<h2>{rh.esc(_TITLES[name])}</h2>" + rh.empty_note("not built yet; " + waiting[name]))
+            body.append(f"<h2>{rh.esc(_TITLES[name])}</h2><p class='empty'>Not built yet: {waiting[name]}</p>")
     rest = sorted(p for p in other_files if p not in seen)
     if rest:
         body.append("<h2>All report files</h2><ul>"
