@@ -58,12 +58,12 @@ def _newest_input(context: dg.AssetExecutionContext, keys: list[dg.AssetKey]) ->
     return _iso(max(stamps)) if stamps else None
 
 
-def _failure_reason(instance: dg.DagsterInstance, partition: str) -> str:
-    """Why ``partition`` has no result, from the latest run tagged with it: failed (with the first failed
-    step's error), in progress, or never run."""
+def _latest_run(instance: dg.DagsterInstance, partition: str) -> tuple[bool, str]:
+    """(failed, reason) from the latest run tagged with ``partition``: failed (with the first failed step's
+    error), in progress, or never run."""
     records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/partition": partition}), limit=1)
     if not records:
-        return "not computed yet (no run for this version so far)"
+        return False, "not computed yet (no run for this version so far)"
     rec = records[0]
     run, when = rec.dagster_run, fmt_time(_iso(rec.update_timestamp.timestamp()))
     if run.status == dg.DagsterRunStatus.FAILURE:
@@ -80,10 +80,23 @@ def _failure_reason(instance: dg.DagsterInstance, partition: str) -> str:
             step = getattr(data, "first_step_failure_event", None)
             error = step.event_specific_data.error if step is not None else getattr(data, "error", None)
             message = error.message.strip().split(": ", 1)[-1] if error is not None else ""
-        return f"the latest run ({run.run_id[:8]}, {when}) failed" + (f": {message}" if message else "")
+        return True, f"the latest run ({run.run_id[:8]}, {when}) failed" + (f": {message}" if message else "")
     if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING):
-        return f"being computed (run {run.run_id[:8]} {run.status.value.lower()})"
-    return f"no result although the latest run ({run.run_id[:8]}, {when}) ended {run.status.value.lower()}"
+        return False, f"being computed (run {run.run_id[:8]} {run.status.value.lower()})"
+    return False, f"no result although the latest run ({run.run_id[:8]}, {when}) ended {run.status.value.lower()}"
+
+
+def _missing_versions(instance: dg.DagsterInstance, built: list[str]) -> list[tuple[str, str]]:
+    """Registered model versions without a report, and built ones whose latest run failed (shown from their
+    last good result), each with the reason."""
+    out = []
+    for v in sorted(instance.get_dynamic_partitions(MODEL_VERSIONS.name)):
+        failed, why = _latest_run(instance, v)
+        if v not in built:
+            out.append((v, why))
+        elif failed:
+            out.append((v, f"shown from its last good result; {why}"))
+    return out
 
 
 def write_index(layout: HomeLayout) -> Path:
@@ -145,8 +158,7 @@ def calibration(
         for f in (predictions, channel_estimates, nc_ece_report)
     ]
     versions = sorted(set.intersection(*present))
-    registered = sorted(context.instance.get_dynamic_partitions(MODEL_VERSIONS.name))
-    missing = [(v, _failure_reason(context.instance, v)) for v in registered if v not in versions]
+    missing = _missing_versions(context.instance, versions)
     for version in versions:
 
         def part(frame: pl.DataFrame, v: str = version) -> pl.DataFrame:

@@ -82,6 +82,28 @@ def test_day_one_cleaning_report_shows_candidates_and_says_no_answers(tmp_path):
         assert stat.S_IMODE(p.stat().st_mode) & 0o044 == 0o044, p  # group- and other-readable
 
 
+def test_dataset_without_cleaning_scores_coexists_with_one_that_has_them(tmp_path):
+    """Two datasets, only one scored by a model: its impact rows are shown, the other is named as unscored."""
+    home = tmp_path / "home"
+    a = _day_one_frames(tmp_path / "a", dataset="scored")
+    b = _day_one_frames(tmp_path / "b", dataset="unscored")
+    frames = {k: pl.concat([a[k], b[k]], how="vertical") if a[k].width else a[k] for k in a}
+    files = a["images"].select("file_name", "label")
+    rng = np.random.default_rng(1)
+    preds = files.select("file_name").with_columns(target=pl.Series(np.arange(files.height) % 2),
+                                                   score=pl.Series(rng.random(files.height)))
+    kept = cp.cleaned_file_list(files, a["confirmed_issues"])
+    frames["cleaning_impact"] = cp.cleaning_impact_table(preds, files, kept, dataset="scored", model_version="v1",
+                                                         n_boot=20)
+    with dg.build_asset_context(instance=dg.DagsterInstance.ephemeral()) as context:
+        out = reports.cleaning(context, **frames, inbox=InboxResource(home=str(home)))
+    html = (home / "reports" / "cleaning.html").read_text()
+    assert out.value["scope"].to_list() == ["scored,unscored"]
+    impact = html.split("Impact of cleaning", 1)[1].split("<h2>", 1)[0]
+    assert "<td class='l'>scored</td><td class='l'>v1</td>" in impact
+    assert "No model has scored unscored" in impact and ">unscored<" not in impact
+
+
 CAL_CHAIN = [
     "raw/predictions",
     "staging/stg_scored_items",
