@@ -101,8 +101,8 @@ def _missing_versions(instance: dg.DagsterInstance, built: list[str]) -> list[tu
 
 def write_index(layout: HomeLayout) -> Path:
     """``reports/index.html`` from the stages' status records (rewritten by each report asset)."""
-    others = [str(p.relative_to(layout.reports)) for p in layout.reports.rglob("*.html") if p.name != "index.html"
-              or p.parent != layout.reports]
+    others = [str(p.relative_to(layout.reports)) for p in layout.reports.rglob("*.html")
+              if p != layout.reports / "index.html"]
     text = ri.render_index(ri.read_statuses(layout.reports), home=str(layout.home), other_files=others)
     path = layout.reports / "index.html"
     _write(path, text)
@@ -135,7 +135,7 @@ CALIBRATION_INPUTS = {
     ins=CALIBRATION_INPUTS,
     description="HTML calibration report per model version: reliability diagrams, channel table, NC-ECE vs "
     "naive ECE, recalibration results (reports/calibration/<version>.html), and an overview with the verdict "
-    "per version and the versions that could not be built, with the reason (reports/calibration/index.html).",
+    "per version and the versions that could not be built, with the reason (reports/calibration.html).",
 )
 def calibration(
     context: dg.AssetExecutionContext,
@@ -192,14 +192,14 @@ def calibration(
         settings.nc_ece_limit,
     )
     overview = ri.render_calibration_overview(verdicts, missing, limit=settings.nc_ece_limit, created=created)
-    _write(layout.reports / "calibration" / "index.html", overview)
+    _write(layout.reports / "calibration.html", overview)
     _publish_status(layout, ri.StageStatus(
         report="calibration",
         title="Calibration",
         verdict=ri.calibration_verdict_lines(verdicts, settings.nc_ece_limit) or ["no model version built yet"],
         built=created,
         newest_input=_newest_input(context, [a.key for a in CALIBRATION_INPUTS.values()]),
-        links=[("overview", "calibration/index.html")] + [(v, f"calibration/{v}.html") for v in versions],
+        links=[("overview", "calibration.html")] + [(v, f"calibration/{v}.html") for v in versions],
         missing=missing,
         missing_kind="model version",
     ))

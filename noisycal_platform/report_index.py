@@ -124,10 +124,10 @@ def render_calibration_overview(
     limit: float,
     created: str | None = None,
 ) -> str:
-    """``reports/calibration/index.html``: one row per built model version (NC-ECE, interval, verdict, link)
+    """``reports/calibration.html``: one row per built model version (NC-ECE, interval, verdict, link)
     and the registered versions without a report, each with the reason."""
     rows = [
-        {"model version": f"<a href='{rh.esc(r['model_version'])}.html'>{rh.esc(r['model_version'])}</a>",
+        {"model version": f"<a href='calibration/{rh.esc(r['model_version'])}.html'>{rh.esc(r['model_version'])}</a>",
          "NC-ECE (95% CI)": rh.esc(rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])),
          f"against the limit {limit:g}": rh.esc(r["verdict"])}
         for r in verdicts.iter_rows(named=True)

@@ -154,7 +154,7 @@ def test_calibration_report_built_from_the_good_versions(failing_version_home):
 
 def test_failing_version_listed_as_missing_with_its_reason(failing_version_home):
     home, _ = failing_version_home
-    overview = (home / "reports" / "calibration" / "index.html").read_text()
+    overview = (home / "reports" / "calibration.html").read_text()
     front = (home / "reports" / "index.html").read_text()
     for page in (overview, front):
         assert "Not in this report" in page
