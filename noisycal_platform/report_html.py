@@ -21,6 +21,7 @@ import base64
 import html
 import io
 import math
+import numbers
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -70,7 +71,7 @@ def esc(x: object) -> str:
 
 
 def _is_missing(v: object) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    return v is None or (isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isnan(v))
 
 
 def fmt_count(v: object) -> str:
@@ -80,9 +81,9 @@ def fmt_count(v: object) -> str:
         return MISSING
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float) and math.isfinite(v) and v == round(v):
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    if isinstance(v, numbers.Real) and math.isfinite(v) and v == round(v):
         return f"{round(v):,}"
     return fmt(v)
 
@@ -97,9 +98,10 @@ def fmt(v: object, sig: int = 3) -> str:
         return MISSING
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
+    if isinstance(v, numbers.Integral):
+        return f"{int(v):,}"
+    if isinstance(v, numbers.Real):
+        v = float(v)
         if math.isinf(v):
             return "∞" if v > 0 else "−∞"
         if v == 0:

@@ -34,6 +34,13 @@ def test_mean_count_keeps_its_fraction():
     assert rh.fmt_count(12.5) == "12.5"
 
 
+def test_numpy_scalars_format_like_python_numbers():
+    import numpy as np
+
+    assert rh.fmt_count(np.int64(1124250)) == "1,124,250"
+    assert rh.fmt(np.float32(0.5)) == "0.500" and rh.fmt(np.float64("nan")) == "—"
+
+
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
