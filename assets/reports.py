@@ -1,10 +1,13 @@
 """Reports stage: self-contained HTML summaries (``$NOISYCAL_HOME/reports/``) and a row per file in DuckDB.
 
-Each report asset is unpartitioned and reads every partition of the stage it summarises.
+Each report asset is unpartitioned and reads every partition of the stage it summarises that exists: one
+failing partition leaves the others in the report, and the report lists it with the reason (read from the
+instance's run records). Report files are written atomically and made group-readable (0644); every report
+leaves a status record from which ``reports/index.html`` is rendered.
 """
 
 import hashlib
-import html
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,16 +15,18 @@ import dagster as dg
 import polars as pl
 
 from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
-from assets.policy import DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN
+from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VERSIONS, RAW, REPORTS
 from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
+from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
+from noisycal_platform.report_html import fmt_time
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 
-STAGE = "reports"
+STAGE = REPORTS.name
 REPORT_SCHEMA = {
     "report": pl.String,
     "scope": pl.String,
@@ -29,10 +34,13 @@ REPORT_SCHEMA = {
     "sha256": pl.String,
     "created": pl.String,
 }
+#: Report files are read by the clinic's group (a web server, a colleague), never written by it.
+REPORT_FILE_MODE = 0o644
 
 
 def _write(path: Path, text: str) -> dict:
     atomic_write_text(path, text)
+    os.chmod(path, REPORT_FILE_MODE)
     return {"path": str(path), "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
@@ -40,51 +48,97 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _publish(layout: HomeLayout, report: str, scope: str, text: str, created: str) -> pl.DataFrame:
-    """Write ``reports/<report>.html`` atomically, refresh the index, and return the one-row table entry."""
-    written = _write(layout.reports / f"{report}.html", text)
-    write_index(layout)
-    return pl.DataFrame([{"report": report, "scope": scope, "created": created, **written}], schema=REPORT_SCHEMA)
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def _newest_input(context: dg.AssetExecutionContext, keys: list[dg.AssetKey]) -> str | None:
+    """Time of the newest materialisation among ``keys`` (the report's inputs)."""
+    stamps = [e.timestamp for k in keys if (e := context.instance.get_latest_materialization_event(k)) is not None]
+    return _iso(max(stamps)) if stamps else None
+
+
+def _latest_run(instance: dg.DagsterInstance, partition: str) -> tuple[bool, str]:
+    """(failed, reason) from the latest run tagged with ``partition``: failed (with the first failed step's
+    error), in progress, or never run."""
+    records = instance.get_run_records(filters=dg.RunsFilter(tags={"dagster/partition": partition}), limit=1)
+    if not records:
+        return False, "not computed yet (no run for this version so far)"
+    rec = records[0]
+    run, when = rec.dagster_run, fmt_time(_iso(rec.update_timestamp.timestamp()))
+    if run.status == dg.DagsterRunStatus.FAILURE:
+        message = ""
+        changes = instance.fetch_run_status_changes(
+            dg.RunStatusChangeRecordsFilter(dg.DagsterEventType.RUN_FAILURE, after_timestamp=rec.create_timestamp
+                                            .timestamp() - 1),
+            limit=100,
+        )
+        for change in changes.records:
+            if change.run_id != run.run_id:
+                continue
+            data = change.event_log_entry.dagster_event.event_specific_data
+            step = getattr(data, "first_step_failure_event", None)
+            error = step.event_specific_data.error if step is not None else getattr(data, "error", None)
+            message = error.message.strip().split(": ", 1)[-1] if error is not None else ""
+        return True, f"the latest run ({run.run_id[:8]}, {when}) failed" + (f": {message}" if message else "")
+    if run.status in (dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING):
+        return False, f"being computed (run {run.run_id[:8]} {run.status.value.lower()})"
+    return False, f"no result although the latest run ({run.run_id[:8]}, {when}) ended {run.status.value.lower()}"
+
+
+def _missing_versions(instance: dg.DagsterInstance, built: list[str]) -> list[tuple[str, str]]:
+    """Registered model versions without a report, and built ones whose latest run failed (shown from their
+    last good result), each with the reason."""
+    out = []
+    for v in sorted(instance.get_dynamic_partitions(MODEL_VERSIONS.name)):
+        failed, why = _latest_run(instance, v)
+        if v not in built:
+            out.append((v, why))
+        elif failed:
+            out.append((v, f"shown from its last good result; {why}"))
+    return out
 
 
 def write_index(layout: HomeLayout) -> Path:
-    """``reports/index.html`` linking every report file present (rewritten by each report asset)."""
-    files = sorted(p for p in layout.reports.rglob("*.html") if p.name != "index.html")
-    items = "\n".join(
-        f'<li><a href="{html.escape(str(p.relative_to(layout.reports)))}">'
-        f"{html.escape(str(p.relative_to(layout.reports)))}</a></li>"
-        for p in files
-    )
-    text = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>noisycal reports</title>"
-        "<style>body{font-family:system-ui,sans-serif;max-width:50rem;margin:2rem auto}</style></head><body>"
-        f"<h1>noisycal-platform reports</h1><p>Home: <code>{html.escape(str(layout.home))}</code></p>"
-        f"<ul>{items}</ul></body></html>"
-    )
+    """``reports/index.html`` from the stages' status records (rewritten by each report asset)."""
+    others = [str(p.relative_to(layout.reports)) for p in layout.reports.rglob("*.html")
+              if p != layout.reports / "index.html"]
+    text = ri.render_index(ri.read_statuses(layout.reports), home=str(layout.home), other_files=others)
     path = layout.reports / "index.html"
-    atomic_write_text(path, text)
+    _write(path, text)
     return path
 
 
-@dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb", "html"},
-    automation_condition=EAGER,
-    ins={
-        "annotations": dg.AssetIn(ANNOTATIONS),
-        "predictions": dg.AssetIn(PREDICTIONS),
-        "reference_labels": dg.AssetIn(REFERENCE_LABELS),
-        "channel_estimates": dg.AssetIn(CHANNEL_ESTIMATES),
-        "nc_ece_report": dg.AssetIn(NC_ECE_REPORT),
-        "recalibrators": dg.AssetIn(RECALIBRATORS),
-        "recalibration_report": dg.AssetIn(RECALIBRATION_REPORT),
-    },
+def _publish_status(layout: HomeLayout, status: ri.StageStatus) -> None:
+    os.chmod(ri.write_status(layout.reports, status), REPORT_FILE_MODE)
+    write_index(layout)
+
+
+def _publish(layout: HomeLayout, report: str, scope: str, text: str, created: str) -> pl.DataFrame:
+    """Write ``reports/<report>.html`` atomically and return the one-row table entry."""
+    written = _write(layout.reports / f"{report}.html", text)
+    return pl.DataFrame([{"report": report, "scope": scope, "created": created, **written}], schema=REPORT_SCHEMA)
+
+
+CALIBRATION_INPUTS = {
+    "annotations": dg.AssetIn(ANNOTATIONS),
+    "predictions": dg.AssetIn(PREDICTIONS),
+    "reference_labels": dg.AssetIn(REFERENCE_LABELS),
+    "channel_estimates": dg.AssetIn(CHANNEL_ESTIMATES),
+    "nc_ece_report": dg.AssetIn(NC_ECE_REPORT),
+    "recalibrators": dg.AssetIn(RECALIBRATORS),
+    "recalibration_report": dg.AssetIn(RECALIBRATION_REPORT),
+}
+
+
+@REPORTS.asset(
+    ins=CALIBRATION_INPUTS,
     description="HTML calibration report per model version: reliability diagrams, channel table, NC-ECE vs "
-    "naive ECE, recalibration results (reports/calibration/<version>.html).",
+    "naive ECE, recalibration results (reports/calibration/<version>.html), and an overview with the verdict "
+    "per version and the versions that could not be built, with the reason (reports/calibration.html).",
 )
 def calibration(
+    context: dg.AssetExecutionContext,
     annotations: pl.DataFrame,
     predictions: pl.DataFrame,
     reference_labels: pl.DataFrame,
@@ -98,12 +152,18 @@ def calibration(
     layout = inbox.layout
     created = _now()
     rows, summaries = [], []
-    # an empty upstream (no model version registered yet) loads as a frame without columns
-    has_versions = MODEL_VERSION_COLUMN in channel_estimates.columns
-    versions = sorted(channel_estimates[MODEL_VERSION_COLUMN].unique().to_list()) if has_versions else []
+    # versions with every calibration output present; an upstream never built loads as a frame without columns
+    present = [
+        set(f[MODEL_VERSION_COLUMN].unique().to_list()) if MODEL_VERSION_COLUMN in f.columns else set()
+        for f in (predictions, channel_estimates, nc_ece_report)
+    ]
+    versions = sorted(set.intersection(*present))
+    missing = _missing_versions(context.instance, versions)
     for version in versions:
 
         def part(frame: pl.DataFrame, v: str = version) -> pl.DataFrame:
+            if MODEL_VERSION_COLUMN not in frame.columns:
+                return frame
             return frame.filter(pl.col(MODEL_VERSION_COLUMN) == v).drop(MODEL_VERSION_COLUMN)
 
         matrix = cal.annotation_matrix(annotations, part(predictions).select("item_id", "score"))
@@ -127,12 +187,28 @@ def calibration(
                 model_version=version,
             )
         )
-    write_index(layout)
+    verdicts = ri.calibration_verdicts(
+        nc_ece_report.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece_report.head(0),
+        settings.nc_ece_limit,
+    )
+    overview = ri.render_calibration_overview(verdicts, missing, limit=settings.nc_ece_limit, created=created)
+    _write(layout.reports / "calibration.html", overview)
+    _publish_status(layout, ri.StageStatus(
+        report="calibration",
+        title="Calibration",
+        verdict=ri.calibration_verdict_lines(verdicts, settings.nc_ece_limit) or ["no model version built yet"],
+        built=created,
+        newest_input=_newest_input(context, [a.key for a in CALIBRATION_INPUTS.values()]),
+        links=[("overview", "calibration.html")] + [(v, f"calibration/{v}.html") for v in versions],
+        missing=missing,
+        missing_kind="model version",
+    ))
     frame = pl.DataFrame(rows, schema=REPORT_SCHEMA)
     return dg.Output(
         frame,
         metadata={
             "versions": len(versions),
+            "missing": dg.MetadataValue.md("\n".join(f"- `{v}`: {why}" for v, why in missing) or "none"),
             "files": dg.MetadataValue.md("\n".join(f"- `{r['path']}`" for r in rows) or "none"),
             "summary": dg.MetadataValue.md("\n\n".join(summaries) or "no model version yet"),
         },
@@ -140,7 +216,7 @@ def calibration(
 
 
 CLEANING_INPUTS = {
-    name: dg.AssetIn(dg.AssetKey(["cleaning", name]))
+    name: dg.AssetIn(CLEANING.key(name))
     for name in (
         "confirmation_queue",
         "confirmed_issues",
@@ -156,18 +232,22 @@ CLEANING_INPUTS = {
 }
 
 
-@dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb", "html"},
-    automation_condition=EAGER,
-    ins={"images": dg.AssetIn(dg.AssetKey(["raw", "images"])), **CLEANING_INPUTS},
-    description="HTML cleaning report (reports/cleaning.html): issue table per dataset and rule (seed 001 Table 1), "
-    "agreement with CIs, ranking quality (and vs known truth), speed-up, impact on model metrics, "
-    "stopping-rule sensitivity, expert vs lay, top candidates as thumbnails.",
+def _speedup_view(speedup: pl.DataFrame) -> pl.DataFrame:
+    """The speed-up table with its scope (dataset or micro/macro average) in the ``dataset`` column."""
+    if "scope" in speedup.columns:
+        return speedup.drop("dataset", strict=False).rename({"scope": "dataset"})
+    return speedup
+
+
+@REPORTS.asset(
+    ins={"images": dg.AssetIn(RAW.key("images")), **CLEANING_INPUTS},
+    description="HTML cleaning report (reports/cleaning.html): review progress, issue table per dataset and "
+    "rule (seed 001 Table 1), agreement with CIs, ranking quality (and vs known truth), speed-up, impact on "
+    "model metrics, stopping-rule sensitivity, expert vs lay, top candidates as thumbnails. Before any answer "
+    "it shows the ranked candidates and says that no answers have arrived.",
 )
 def cleaning(
+    context: dg.AssetExecutionContext,
     images: pl.DataFrame,
     confirmation_queue: pl.DataFrame,
     confirmed_issues: pl.DataFrame,
@@ -182,49 +262,63 @@ def cleaning(
     inbox: InboxResource,
 ) -> dg.Output[pl.DataFrame]:
     from noisycal_platform.cleaning import pipeline as cp
+    from noisycal_platform.cleaning.report import cleaning_status_line
 
     layout = inbox.layout
     created = _now()
-    if "dataset" not in images.columns:  # no dataset registered yet: every upstream is an empty frame
-        frame = _publish(layout, "cleaning", "", cp.render_cleaning_report(created=created), created)
-        return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": 0})
-    sizes = {
-        r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)
-    }
-    roots = {r["dataset"]: r["root"] for r in images.select("dataset", "root").unique().iter_rows(named=True)}
+    registered = "dataset" in images.columns and images.height > 0
+    sizes = (
+        {r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)}
+        if registered
+        else {}
+    )
+    roots = (
+        {r["dataset"]: r["root"] for r in images.select("dataset", "root").unique().iter_rows(named=True)}
+        if registered
+        else {}
+    )
+    confirmed = confirmed_issues if "dataset" in confirmed_issues.columns else pl.DataFrame(schema=cp.CONFIRMED_SCHEMA)
     text = cp.render_cleaning_report(
-        issues=cp.issue_table(confirmed_issues, sizes),
+        issues=cp.issue_table(confirmed, sizes),
         prevalence=label_error_prevalence,
         agreement=agreement,
         ranking_quality=ranking_quality,
         ranking_truth=ranking_vs_truth,
-        speedup=annotation_speedup.drop("dataset").rename({"scope": "dataset"}),
+        speedup=_speedup_view(annotation_speedup),
         impact=cleaning_impact,
         sensitivity=stopping_sensitivity,
         expert_lay=expert_lay_tests,
         queue=confirmation_queue,
-        confirmed=confirmed_issues,
+        confirmed=confirmed,
         dataset_roots=roots,
+        dataset_sizes=sizes,
         created=created,
     )
     frame = _publish(layout, "cleaning", ",".join(sorted(sizes)), text, created)
-    return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(sizes)})
+    verdict = cleaning_status_line(confirmation_queue, confirmed) if sizes else "no dataset registered yet"
+    _publish_status(layout, ri.StageStatus(
+        report="cleaning",
+        title="Data cleaning",
+        verdict=[verdict],
+        built=created,
+        newest_input=_newest_input(context, [RAW.key("images")] + [a.key for a in CLEANING_INPUTS.values()]),
+        links=[("cleaning report", "cleaning.html")],
+    ))
+    return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(sizes), "status": verdict})
 
 
-@dg.asset(
-    key_prefix=STAGE,
-    group_name=STAGE,
-    pool=DUCKDB_POOL,
-    kinds={"polars", "duckdb", "html"},
-    automation_condition=EAGER,
-    ins={
-        name: dg.AssetIn(dg.AssetKey(["correctness", name]))
-        for name in ("criterion_audit", "ue_sensitivity", "false_acceptance")
-    },
+CORRECTNESS_INPUTS = {
+    name: dg.AssetIn(CORRECTNESS.key(name)) for name in ("criterion_audit", "ue_sensitivity", "false_acceptance")
+}
+
+
+@REPORTS.asset(
+    ins=CORRECTNESS_INPUTS,
     description="HTML correctness report (reports/correctness.html): H_f vs F_f per task, the AUROC table with "
     "reversals highlighted, false acceptance by error category.",
 )
 def correctness(
+    context: dg.AssetExecutionContext,
     criterion_audit: pl.DataFrame,
     ue_sensitivity: pl.DataFrame,
     false_acceptance: pl.DataFrame,
@@ -239,4 +333,14 @@ def correctness(
         criterion_audit, ue_sensitivity, false_acceptance, synthetic=synthetic, created=created
     )
     frame = _publish(layout, "correctness", "all", text, created)
+    ok = criterion_audit.filter(pl.col("status") == "ok") if "status" in criterion_audit.columns else None
+    n_ok = ok["criterion"].n_unique() if ok is not None and ok.height else 0
+    _publish_status(layout, ri.StageStatus(
+        report="correctness",
+        title="Correctness criteria",
+        verdict=[f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")],
+        built=created,
+        newest_input=_newest_input(context, [a.key for a in CORRECTNESS_INPUTS.values()]),
+        links=[("correctness report", "correctness.html")],
+    ))
     return dg.Output(frame, metadata={"path": frame["path"][0], "synthetic_inputs": synthetic})

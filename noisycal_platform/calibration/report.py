@@ -6,13 +6,12 @@ Pure functions of the pipeline frames (see `pipeline`); matplotlib is imported l
 
 from __future__ import annotations
 
-import base64
 import html
-import io
-from typing import Any
 
 import numpy as np
 import polars as pl
+
+from noisycal_platform import report_html
 
 from .nc_ece import bin_index
 from .recalibration import naive_targets
@@ -22,22 +21,10 @@ from .tables import AnnotationMatrix, _as_channel_table
 __all__ = ["calibration_summary_markdown", "render_calibration_report"]
 
 
-def _fmt(v: Any) -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        return "—" if np.isnan(v) else f"{v:.4f}"
-    return html.escape(str(v))
-
-
-def _html_table(df: pl.DataFrame, columns: list[str] | None = None) -> str:
-    cols = [c for c in (columns or df.columns) if c in df.columns]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_fmt(row[c])}</td>" for c in cols) + "</tr>"
-        for row in df.iter_rows(named=True)
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+# the report kit's formatters (one rule for every report; names kept for the code below)
+_fmt = report_html.fmt
+_html_table = report_html.html_table
+_png = report_html.figure_png
 
 
 def _bin_curve(p: np.ndarray, y: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,12 +35,6 @@ def _bin_curve(p: np.ndarray, y: np.ndarray, n_bins: int) -> tuple[np.ndarray, n
     sy = np.bincount(b, weights=y[keep], minlength=n_bins)
     nz = n > 0
     return sp[nz] / n[nz], sy[nz] / n[nz], n[nz]
-
-
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, metadata={"Software": None})
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def _reliability_figure(panels: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray, str]]]]) -> str:

@@ -1,16 +1,18 @@
-"""Self-contained HTML cleaning report (issue 3 §2 ``reports/cleaning``; seed 001 Tables 1-4, Figure 2).
+"""Self-contained HTML cleaning report (SelfClean protocol; seed 001 Tables 1-4, Figure 2), built on the report
+kit (`noisycal_platform.report_html`).
 
-Sections: confirmed issues per dataset and aggregation rule (Table 1), label-error prevalence, agreement
-plot with 95% CIs on the Regier et al. bands, agreement table, ranking quality against the answers and
-against a known truth, speed-up, cleaning impact (Table 2 format: median [CI] in %, ``*``/``°``),
-stopping-rule sensitivity, expert vs lay, and the top candidates as embedded thumbnails (pairs side by
-side). Plots are base64 PNG (matplotlib, Agg), thumbnails base64 JPEG (Pillow); no external resources.
+Sections: review progress, confirmed issues per dataset and aggregation rule (Table 1), label-error
+prevalence, agreement plot with 95% CIs on the Regier et al. bands, agreement table, ranking quality against
+the answers and against a known truth (``truth.json``), speed-up, cleaning impact (Table 2 format: median
+[CI] in %, ``*``/``°``), stopping-rule sensitivity, expert vs lay, and the top candidates of each ranking as
+embedded thumbnails (pairs side by side). On day one, with rankings but no answers, the report says that no
+answers have arrived, shows the candidates first, and every statistic that needs answers says so instead of
+printing zeros. An empty section always says which data would fill it.
 """
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,44 +20,24 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-__all__ = ["render_cleaning_report", "thumbnail_data_uri"]
+from noisycal_platform import report_html as rh
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f2f2f2}td.l,th.l{text-align:left}td{white-space:nowrap}img.plot{max-width:100%}.note{color:#555;font-size:0.9em}
+__all__ = ["cleaning_status_line", "render_cleaning_report", "review_progress", "thumbnail_data_uri"]
+
+_EXTRA_CSS = """
 .cands{display:flex;flex-wrap:wrap;gap:8px}.cand{border:1px solid #ccc;padding:4px;font-size:0.75em;
-text-align:center;width:auto}.cand img{display:inline-block;margin:1px}.yes{background:#fde2e2}
+text-align:center}.cand img{display:inline-block;margin:1px;height:72px;width:auto}.yes{background:#fde2e2}
 """
 
-
-def _e(x: object) -> str:
-    return html.escape("" if x is None else str(x))
-
-
-def _fmt(v: object, digits: int = 3) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        if not np.isfinite(v):
-            return "nan"
-        return f"{v:.2e}" if 0 < abs(v) < 0.5 * 10.0**-digits else f"{v:.{digits}f}"
-    return _e(v)
-
-
-def _table(df: pl.DataFrame | None, digits: int = 3, left: tuple[str, ...] = ()) -> str:
-    if df is None or df.height == 0:
-        return "<p class='note'>(no rows)</p>"
-    head = "".join(f"<th class='{'l' if c in left else ''}'>{_e(c)}</th>" for c in df.columns)
-    body = []
-    for row in df.iter_rows():
-        tds = "".join(
-            f"<td class='{'l' if c in left else ''}'>{_fmt(v, digits)}</td>"
-            for c, v in zip(df.columns, row, strict=True)
-        )
-        body.append(f"<tr>{tds}</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+NOT_REVIEWED = "not reviewed yet"
+_NEEDS_ANSWERS = "no answers have arrived yet; "
+TRUTH_SENTENCE = (
+    "it fills when a dataset folder holds <code>truth.json</code>, the dataset's known contamination: one JSON "
+    "object with <code>irrelevant</code> (a list of file names), <code>near_duplicates</code> (a list of "
+    "<code>[file_a, file_b]</code> pairs) and <code>flipped</code> (a list of <code>{\"file_name\", "
+    "\"true_label\", \"given_label\"}</code>), file names relative to the dataset folder (README, "
+    "“Known contamination: truth.json”)."
+)
 
 
 def thumbnail_data_uri(root: Path, item_id: str, size: int = 96) -> str | None:
@@ -76,10 +58,48 @@ def thumbnail_data_uri(root: Path, item_id: str, size: int = 96) -> str | None:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+def _usable(df: pl.DataFrame | None, *columns: str) -> bool:
+    """A frame with rows and the columns a section reads (an upstream never built loads without columns)."""
+    return df is not None and df.height > 0 and all(c in df.columns for c in columns)
+
+
+def review_progress(queue: pl.DataFrame | None, confirmed: pl.DataFrame | None) -> pl.DataFrame:
+    """Per (dataset, issue_type): candidates queued, reviewed (answered by at least one annotator) and
+    answered by the whole panel."""
+    schema = {"dataset": pl.String, "issue_type": pl.String, "queued": pl.Int64, "reviewed": pl.Int64,
+              "answered_by_panel": pl.Int64}
+    frames = []
+    if _usable(queue, "dataset", "issue_type"):
+        frames.append(queue.group_by("dataset", "issue_type").agg(pl.len().cast(pl.Int64).alias("queued")))
+    if _usable(confirmed, "dataset", "issue_type", "n_annotators", "seen_by_all"):
+        frames.append(
+            confirmed.group_by("dataset", "issue_type").agg(
+                (pl.col("n_annotators") > 0).sum().cast(pl.Int64).alias("reviewed"),
+                pl.col("seen_by_all").sum().cast(pl.Int64).alias("answered_by_panel"),
+            )
+        )
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    out = frames[0]
+    for f in frames[1:]:
+        out = out.join(f, on=["dataset", "issue_type"], how="full", coalesce=True)
+    for c in ("queued", "reviewed", "answered_by_panel"):
+        out = out.with_columns(pl.col(c).fill_null(0)) if c in out.columns else out.with_columns(pl.lit(0).alias(c))
+    return out.select(list(schema)).cast(schema).sort("dataset", "issue_type")
+
+
+def _reviewed(progress: pl.DataFrame) -> set[tuple[str, str]]:
+    return {(r["dataset"], r["issue_type"]) for r in progress.filter(pl.col("reviewed") > 0).iter_rows(named=True)}
+
+
+def cleaning_status_line(queue: pl.DataFrame | None, confirmed: pl.DataFrame | None) -> str:
+    """One plain sentence for the index page: how far the review is and what it confirmed."""
+    progress = review_progress(queue, confirmed)
+    queued, reviewed = int(progress["queued"].sum()), int(progress["reviewed"].sum())
+    if reviewed == 0:
+        return f"No answers yet; {queued:,} candidates ranked and waiting for review."
+    unanimous = int(confirmed["unanimous"].sum()) if _usable(confirmed, "unanimous") else 0
+    return f"{reviewed:,} candidates reviewed, {unanimous:,} confirmed unanimously; {queued:,} ranked in all."
 
 
 _ROLE_COLOURS = {"expert-expert": "#1f4e79", "expert-lay": "#e07b00", "lay-lay": "#7f7f7f", "all": "#000000",
@@ -88,17 +108,16 @@ _ROLE_COLOURS = {"expert-expert": "#1f4e79", "expert-lay": "#e07b00", "lay-lay":
 
 def _agreement_plot(agreement: pl.DataFrame) -> str | None:
     """One row per (dataset, issue_type): α per annotator set (left) and κ per pair (right, coloured by
-    role pair), with 95% CIs on the Regier et al. bands (seed 001 Figure 2)."""
+    role pair), with 95% CIs on the Regier et al. bands (seed 001 Figure 2). The row is named once, on the
+    left axis; each panel's title is short, so titles never run into each other."""
     if agreement.height == 0:
         return None
-    from matplotlib.figure import Figure  # no pyplot: no global state, safe in worker threads
-
     groups = sorted({(r["dataset"], r["issue_type"]) for r in agreement.iter_rows(named=True)})
     n_kappa = max(
         agreement.filter((pl.col("statistic") == "cohen_kappa") & (pl.col("dataset") == d)
                          & (pl.col("issue_type") == i)).height for d, i in groups
     )
-    fig = Figure(figsize=(min(4 + 0.45 * n_kappa, 16), 2.7 * len(groups)))
+    fig = rh.figure(figsize=(min(5 + 0.45 * n_kappa, 16), 2.9 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), 2, squeeze=False, sharey=True, width_ratios=[1, max(n_kappa, 1) / 3 + 1])
     for row, (ds, it) in enumerate(groups):
         part = agreement.filter((pl.col("dataset") == ds) & (pl.col("issue_type") == it))
@@ -124,23 +143,19 @@ def _agreement_plot(agreement: pl.DataFrame) -> str | None:
                                if stat == "cohen_kappa" else "center", fontsize=8)
             ax.set_xlim(-0.7, max(len(labels), 1) - 0.3)
             ax.set_ylim(-0.2, 1.05)
-            name = "Krippendorff's α" if stat == "krippendorff_alpha" else "Cohen's κ (pairs)"
-            ax.set_title(f"{ds} / {it}: {name}", fontsize=9)
-        axes[row][0].set_ylabel("agreement", fontsize=8)
+            ax.set_title("Krippendorff's α" if stat == "krippendorff_alpha" else "Cohen's κ per pair", fontsize=9)
+        axes[row][0].set_ylabel(f"{ds}\n{it.replace('_', ' ')}", fontsize=9)
     kappa = agreement.filter(pl.col("statistic") == "cohen_kappa")
     for rp in ("expert-expert", "expert-lay", "lay-lay"):
         if (kappa["role_pair"] == rp).any():
             axes[0][1].plot([], [], "o", color=_ROLE_COLOURS[rp], label=rp)
     if kappa.height:
         axes[0][1].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    return _png(fig)
+    return rh.figure_png(fig)
 
 
 def _sensitivity_plot(sens: pl.DataFrame) -> str | None:
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.2))
+    fig = rh.figure(figsize=(10, 3.2), layout="constrained")
     axes = fig.subplots(1, 2, sharey=True)
     for ax, param in zip(axes, ("p_chance", "p_plus"), strict=True):
         part = sens.filter(pl.col("parameter") == param)
@@ -151,8 +166,7 @@ def _sensitivity_plot(sens: pl.DataFrame) -> str | None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("unanimous issues", fontsize=8)
     axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    return _png(fig)
+    return rh.figure_png(fig)
 
 
 def _sensitivity_wide(sens: pl.DataFrame) -> pl.DataFrame:
@@ -171,14 +185,33 @@ def _sensitivity_wide(sens: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def _issue_table_wide(issues: pl.DataFrame) -> pl.DataFrame:
+def _issue_table_wide(issues: pl.DataFrame, reviewed: set[tuple[str, str]]) -> pl.DataFrame:
+    """Seed 001 Table 1, one row per dataset; an issue type nobody has reviewed reads ``not reviewed yet``."""
     rows = []
     for ds in sorted(set(issues["dataset"].to_list())):
         part = issues.filter(pl.col("dataset") == ds)
-        row: dict[str, object] = {"dataset": ds, "size": int(part["size"][0])}
+        row: dict[str, object] = {"dataset": ds, "images": rh.fmt_count(int(part["size"][0]))}
         for r in part.iter_rows(named=True):
-            row[f"{r['rule']}: {r['issue_type']}"] = f"{r['n_issues']} ({r['percent']:.1f}%)"
+            cell = (
+                f"{r['n_issues']:,} ({rh.fmt(r['percent'])}%)" if (ds, r["issue_type"]) in reviewed else NOT_REVIEWED
+            )
+            row[f"{r['rule']}: {r['issue_type']}"] = cell
         rows.append(row)
+    return pl.DataFrame(rows)
+
+
+def _prevalence_view(prevalence: pl.DataFrame, reviewed: set[tuple[str, str]]) -> pl.DataFrame:
+    rows = []
+    for r in prevalence.iter_rows(named=True):
+        seen = (r["dataset"], "label_error") in reviewed
+        rows.append({
+            "dataset": r["dataset"],
+            "rule": r["rule"],
+            "label errors": f"{r['n_label_errors']:,} of {r['n_items']:,}" if seen else NOT_REVIEWED,
+            "prevalence, % (95% CI)": (
+                rh.fmt_ci(100 * r["prevalence"], 100 * r["ci_low"], 100 * r["ci_high"]) if seen else NOT_REVIEWED
+            ),
+        })
     return pl.DataFrame(rows)
 
 
@@ -210,7 +243,7 @@ def _candidates(
 ) -> str:
     out = []
     status: dict[tuple, tuple[int, int, bool]] = {}
-    if confirmed is not None:
+    if _usable(confirmed, "n_yes", "n_annotators", "unanimous"):
         for r in confirmed.iter_rows(named=True):
             status[(r["dataset"], r["issue_type"], r["item_id"], r["item_id_2"])] = (
                 r["n_yes"],
@@ -224,8 +257,8 @@ def _candidates(
             cache[(ds, item)] = thumbnail_data_uri(roots[ds], item) if ds in roots else None
         uri = cache[(ds, item)]
         if uri is None:
-            return f"<div>[{_e(item)}: no image]</div>"
-        return f"<img src='{uri}' alt='{_e(item)}' title='{_e(item)}'>"
+            return f"<div>[{rh.esc(item)}: no image]</div>"
+        return f"<img src='{uri}' alt='{rh.esc(item)}' title='{rh.esc(item)}'>"
 
     for (ds, it), part in sorted(queue.group_by(["dataset", "issue_type"]), key=lambda g: g[0]):
         part = part.sort("position").head(n)
@@ -233,12 +266,12 @@ def _candidates(
         for r in part.iter_rows(named=True):
             yes, seen, unan = status.get((ds, it, r["item_id"], r["item_id_2"]), (0, 0, False))
             imgs = thumb(ds, r["item_id"]) + (thumb(ds, r["item_id_2"]) if r["item_id_2"] else "")
-            cap = _e(r["item_id"]) + (f"<br>{_e(r['item_id_2'])}" if r["item_id_2"] else "")
+            cap = rh.esc(r["item_id"]) + (f"<br>{rh.esc(r['item_id_2'])}" if r["item_id_2"] else "")
             if r.get("label") is not None:
-                cap += f"<br>label: {_e(r['label'])}"
-            cap += f"<br>rank {r['position'] + 1}; yes {yes}/{seen}"
+                cap += f"<br>label: {rh.esc(r['label'])}"
+            cap += f"<br>rank {r['position'] + 1}; " + (f"yes {yes}/{seen}" if seen else NOT_REVIEWED)
             cells.append(f"<div class='cand{' yes' if unan else ''}'>{imgs}<br>{cap}</div>")
-        out.append(f"<h3>{_e(ds)} — {_e(it)}</h3><div class='cands'>{''.join(cells)}</div>")
+        out.append(f"<h3>{rh.esc(ds)} — {rh.esc(it.replace('_', ' '))}</h3><div class='cands'>{''.join(cells)}</div>")
     return "".join(out)
 
 
@@ -257,99 +290,145 @@ def render_cleaning_report(
     queue: pl.DataFrame | None = None,
     confirmed: pl.DataFrame | None = None,
     dataset_roots: Mapping[str, str | Path] | None = None,
+    dataset_sizes: Mapping[str, int] | None = None,
     n_thumbnails: int = 8,
     title: str = "Data-cleaning report (SelfClean protocol)",
     created: str | None = None,
 ) -> str:
-    """HTML string of the cleaning report; every argument is optional (missing sections say so).
+    """HTML string of the cleaning report; every argument is optional (missing sections say which data
+    would fill them).
 
-    Frames are the outputs of the ``pipeline`` functions (any number of datasets); ``dataset_roots``
-    maps dataset -> image folder for thumbnails (item_ids resolving outside the root are not shown).
+    Frames are the outputs of the ``pipeline`` functions (any number of datasets); an empty frame, or one
+    without columns, counts as missing. ``dataset_roots`` maps dataset -> image folder for thumbnails
+    (item_ids resolving outside the root are not shown); ``dataset_sizes`` maps dataset -> number of images.
     """
     if n_thumbnails < 0:
         raise ValueError(f"n_thumbnails must be >= 0, got {n_thumbnails}")
     roots = {k: Path(v) for k, v in (dataset_roots or {}).items()}
-    s = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title>",
-        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>",
-    ]
-    if created:
-        s.append(f"<p class='note'>created {_e(created)}</p>")
+    sizes = dict(dataset_sizes or {})
+    progress = review_progress(queue, confirmed)
+    reviewed = _reviewed(progress)
+    answered = bool(reviewed)
+    wait = "" if answered else _NEEDS_ANSWERS
+    has_queue = _usable(queue, "dataset", "issue_type", "position", "item_id", "item_id_2")
+    s: list[str] = []
+
+    def candidates() -> None:
+        if not n_thumbnails:
+            return
+        s.append(f"<h2>Top candidates</h2><p class='note'>The first {n_thumbnails} of each ranking, most suspicious "
+                 "first; near duplicates are shown as pairs side by side; shaded = unanimously confirmed.</p>")
+        if has_queue:
+            s.append(_candidates(queue, confirmed, roots, n_thumbnails))
+        else:
+            s.append(rh.empty_note("the rankings fill it once a dataset is registered and its images are ranked "
+                                   "(irrelevant images, near duplicates, label errors)."))
+
+    s.append("<h2>Review progress</h2>")
+    if not answered:
+        s.append("<p class='banner'><b>No answers have arrived yet.</b> The rankings below are ready for review in "
+                 "the confirmation tool. The statistics further down need answers and say so until they "
+                 "arrive.</p>")
+    if sizes:
+        s.append("<p class='note'>" + "; ".join(f"{rh.esc(d)}: {n:,} images" for d, n in sorted(sizes.items()))
+                 + ".</p>")
+    s.append(rh.html_table(
+        progress, left=("dataset", "issue_type"),
+        labels={"issue_type": "issue type", "answered_by_panel": "answered by the whole panel"},
+        empty="it fills once a dataset is registered and ranked (its confirmation queue).",
+    ))
+    if not answered:
+        candidates()
     s.append(
         "<h2>Confirmed issues (seed 001 Table 1)</h2><p class='note'>Unanimous: every panel member "
-        "answered yes. Majority: more than half of the panel answered yes. Near duplicates are pairs.</p>"
+        "answered yes. Majority: more than half of the panel answered yes. Near duplicates are pairs; the "
+        "percentage is of the dataset's images.</p>"
     )
-    s.append(
-        _table(_issue_table_wide(issues) if issues is not None and issues.height else None, left=("dataset",))
-    )
+    s.append(rh.html_table(
+        _issue_table_wide(issues, reviewed) if _usable(issues, "dataset", "size", "rule", "issue_type") else None,
+        left=("dataset",), empty="it fills once a dataset is registered and its candidates are ranked.",
+    ))
     s.append(
         "<h2>Label-error prevalence</h2><p class='note'>Label errors are reported, not removed "
         "(seed 001 §3.4); a lower bound, since only the top of the ranking is reviewed. "
         "95% Clopper-Pearson CI.</p>"
     )
-    s.append(_table(prevalence, 4, ("dataset", "rule")))
+    s.append(rh.html_table(
+        _prevalence_view(prevalence, reviewed) if _usable(prevalence, "dataset", "rule", "n_label_errors") else None,
+        left=("dataset", "rule"),
+        empty="it fills once a dataset is registered; the estimate needs answers on label-error candidates.",
+    ))
     s.append(
         "<h2>Inter-annotator agreement</h2><p class='note'>Bands (Regier et al. 2013): good &gt; 0.4, "
-        "questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from 1,000 bootstrap resamples of the "
-        "annotated items.</p>"
+        "questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from bootstrap resamples of the annotated "
+        "items.</p>"
     )
-    if agreement is not None and agreement.height:
+    if _usable(agreement, "dataset", "issue_type", "statistic", "value", "ci_low", "ci_high", "role_pair"):
         uri = _agreement_plot(agreement)
         if uri:
-            s.append(f"<img class='plot' src='{uri}' alt='agreement plot'>")
-    s.append(
-        _table(
-            agreement,
-            3,
-            ("dataset", "issue_type", "statistic", "annotator_a", "annotator_b", "role_pair", "band"),
-        )
-    )
+            s.append(rh.img(uri, "agreement plot"))
+    s.append(rh.html_table(
+        agreement if _usable(agreement) else None,
+        left=("dataset", "issue_type", "statistic", "annotator_a", "annotator_b", "role_pair", "band"),
+        empty=wait + "agreement needs at least two annotators answering the same candidates.",
+    ))
     s.append(
         "<h2>Ranking quality vs unanimous answers</h2><p class='note'>Candidates answered by every "
         "panel member; the positive rate is the uninformed AP baseline (AUROC 0.5, AUPRG 0).</p>"
     )
-    s.append(_table(ranking_quality, 3, ("dataset", "issue_type")))
+    s.append(rh.html_table(ranking_quality if _usable(ranking_quality) else None, left=("dataset", "issue_type"),
+                           empty=wait + "it needs candidates answered by every panel member."))
     if annotator_quality is not None:
         s.append("<h3>Ranking vs each annotator's answers</h3>")
-        s.append(_table(annotator_quality, 3, ("dataset", "issue_type", "annotator_id", "role")))
+        s.append(rh.html_table(annotator_quality if _usable(annotator_quality) else None,
+                               left=("dataset", "issue_type", "annotator_id", "role"),
+                               empty=wait + "it needs each annotator's answers."))
     if ranking_truth is not None:
         s.append(
             "<h2>Rankings vs known truth</h2><p class='note'>All N items (N(N−1)/2 pairs); candidates "
             "outside a ranked top-k are tied at the bottom. recall_at_k = share of true issues listed.</p>"
         )
-        s.append(_table(ranking_truth, 4, ("dataset", "ranking", "issue_type")))
+        s.append(rh.html_table(ranking_truth if _usable(ranking_truth) else None,
+                               left=("dataset", "ranking", "issue_type"),
+                               empty="no known truth for any dataset: " + TRUTH_SENTENCE))
     s.append(
         "<h2>Annotation speed-up</h2><p class='note'>n_total / mean candidates answered per annotator "
         "(seed 001 Table 4).</p>"
     )
-    s.append(_table(speedup, 1, ("dataset", "issue_type")))
+    s.append(rh.html_table(speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
+                           empty=wait + "the speed-up needs the annotators' answers and where they stopped."))
     s.append(
         "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
         "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "
         "is exactly 0 (seed 001 Table 2).</p>"
     )
-    s.append(
-        _table(
-            _impact_wide(impact) if impact is not None and impact.height else None,
-            left=("dataset", "model", "rule"),
-        )
-    )
+    scored = set(impact["dataset"].to_list()) if _usable(impact, "dataset") else set()
+    unscored = sorted(set(sizes) - scored)
+    if unscored and scored:
+        s.append("<p class='note'>No model has scored " + ", ".join(rh.esc(d) for d in unscored)
+                 + " (<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code>), so it has no impact rows.</p>")
+    s.append(rh.html_table(
+        _impact_wide(impact) if _usable(impact, "dataset", "model_version", "rule", "metric") else None,
+        left=("dataset", "model", "rule"),
+        empty="it fills when a model version has scored a dataset's images "
+        "(<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code> with file_name, target, score) "
+        "and answers have confirmed issues to remove.",
+    ))
     if sensitivity is not None:
         s.append("<h2>Stopping-rule sensitivity</h2><p class='note'>Unanimously confirmed issues when each "
                  "recorded session is cut at the stopping count of (p_chance, p₊); one parameter grows from "
                  "0.05 to 1 while the other stays at 0.05 (seed 001 Appendix D).</p>")
-        uri = _sensitivity_plot(sensitivity) if sensitivity.height else None
+        ok = _usable(sensitivity, "value", "parameter", "dataset", "issue_type", "n_unanimous", "stopping_count")
+        uri = _sensitivity_plot(sensitivity) if ok else None
         if uri:
-            s.append(f"<img class='plot' src='{uri}' alt='stopping-rule sensitivity'>")
-        s.append(_table(_sensitivity_wide(sensitivity) if sensitivity.height else None, 0, ("value",)))
+            s.append(rh.img(uri, "stopping-rule sensitivity"))
+        s.append(rh.html_table(_sensitivity_wide(sensitivity) if ok else None, left=("value",),
+                               empty=wait + "it needs recorded review sessions (answers in the order given)."))
     if expert_lay is not None:
         s.append("<h2>Experts vs lay raters</h2>")
-        s.append(_table(expert_lay, 3, ("dataset", "issue_type")))
-    if queue is not None and queue.height and n_thumbnails:
-        s.append(
-            f"<h2>Top candidates</h2><p class='note'>First {n_thumbnails} of each ranking; shaded = "
-            "unanimously confirmed.</p>"
-        )
-        s.append(_candidates(queue, confirmed, roots, n_thumbnails))
-    s.append("</body></html>")
-    return "\n".join(s)
+        s.append(rh.html_table(expert_lay if _usable(expert_lay) else None, left=("dataset", "issue_type"),
+                               empty=wait + "it needs answers from both expert and lay annotators on the same "
+                               "candidates."))
+    if answered:
+        candidates()
+    return rh.page(title, s, created=created, extra_css=_EXTRA_CSS)

@@ -3,18 +3,17 @@
 Sections: two-axis plot H_f vs F_f per task; audit table with bootstrap CIs and directional errors; AUROC per
 dataset x UE method x criterion with ranking reversals highlighted; false acceptance by error category.
 Plots are
-embedded as base64 PNG; matplotlib is imported inside the function (Agg backend).
+embedded as base64 PNG, drawn with the report kit (``report_html.figure``: no pyplot, no global backend).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 from datetime import UTC, datetime
 from html import escape
 
 import polars as pl
 
+from noisycal_platform import report_html
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.sensitivity import ranking_reversals
 
@@ -31,29 +30,22 @@ th{background:#f2f2f2} td.l,th.l{text-align:left}
 """
 
 
-def _f(x: float | None, nd: int = 3) -> str:
-    return "–" if x is None else f"{x:.{nd}f}"
-
-
-def _png(fig) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+# the report kit's formatters and figure embedding (one rule for every report)
+_f = report_html.fmt_fixed
+_png = report_html.figure_png
 
 
 def _two_axis_plot(audit: pl.DataFrame) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
 
     per_task = audit.filter((pl.col("scope_kind") == "dataset") & (pl.col("status") == "ok"))
     tasks = sorted(per_task["scope"].unique().to_list())
     if not tasks:
         return ""
     crits = sorted(per_task["criterion"].unique().to_list())
-    cmap = plt.get_cmap("tab10")
-    fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 4.0), squeeze=False)
+    cmap = colormaps["tab10"]
+    fig = report_html.figure(figsize=(4.2 * len(tasks), 4.0))
+    axes = fig.subplots(1, len(tasks), squeeze=False)
     for ax, task in zip(axes[0], tasks, strict=True):
         part = per_task.filter(pl.col("scope") == task)
         for i, c in enumerate(crits):
@@ -77,22 +69,18 @@ def _two_axis_plot(audit: pl.DataFrame) -> str:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
-    uri = _png(fig)
-    plt.close(fig)
+    uri = _png(fig, dpi=110)
     return f'<img alt="H_f vs F_f per task" src="{uri}">'
 
 
 def _fa_plot(fa: pl.DataFrame) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     if fa.height == 0:
         return ""
     crits = sorted(fa["criterion"].unique().to_list())
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(crits) + 2), 3.6))
+    fig = report_html.figure(figsize=(max(6.0, 1.1 * len(crits) + 2), 3.6))
+    ax = fig.subplots()
     width = 0.8 / len(ERROR_CATEGORIES)
     x = np.arange(len(crits))
     for j, cat in enumerate(ERROR_CATEGORIES):
@@ -108,8 +96,7 @@ def _fa_plot(fa: pl.DataFrame) -> str:
     ax.legend(fontsize=8, ncols=3, loc="upper center")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    uri = _png(fig)
-    plt.close(fig)
+    uri = _png(fig, dpi=110)
     return f'<img alt="false acceptance by category" src="{uri}">'
 
 
