@@ -14,22 +14,33 @@ from .corrected import (
     plugin_prevalence,
 )
 from .dawid_skene import ConfusionFit, estimate_confusion, known_confusion, validate_confusion
-from .nc_ece import NC_ECE_KINDS, MulticlassNCECEResult, check_probs, nc_ece_multiclass
+from .nc_ece import NC_ECE_KINDS, MulticlassNCECEResult, binned_ece_multiclass, check_probs, nc_ece_multiclass
+from .recalibration import (
+    MULTICLASS_RECALIBRATION_METHODS,
+    MulticlassRecalibrator,
+    fit_multiclass_recalibrator,
+    naive_onehot,
+)
 
 __all__ = [
+    "MULTICLASS_RECALIBRATION_METHODS",
     "NC_ECE_KINDS",
     "ConfusionFit",
     "MulticlassNCECEResult",
+    "MulticlassRecalibrator",
     "as_class_annotations",
     "as_confusion",
     "backward_matrices",
+    "binned_ece_multiclass",
     "check_probs",
     "class_weights",
     "corrected_noise_variance",
     "corrected_onehot",
     "estimate_confusion",
+    "fit_multiclass_recalibrator",
     "is_multiclass",
     "known_confusion",
+    "naive_onehot",
     "nc_ece_multiclass",
     "plugin_prevalence",
     "validate_confusion",

@@ -121,7 +121,7 @@ def pattern_digits(keys: np.ndarray, n_annotators: int, n_classes: int) -> np.nd
 
 def pattern_counts(codes: np.ndarray, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     """Distinct answer patterns (P, K) codes and their item counts (P,) float, in increasing key order."""
-    n, k = codes.shape
+    k = codes.shape[1]
     key = pattern_keys(codes, n_classes)
     if key is None:  # too many annotators for one integer key: row-unique
         uniq, counts = np.unique(np.ascontiguousarray(codes), axis=0, return_counts=True)

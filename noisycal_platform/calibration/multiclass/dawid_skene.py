@@ -298,7 +298,7 @@ def estimate_confusion(
         associated with another one, or no start giving invertible matrices and non-empty classes.
     """
     a, c = as_class_annotations(annotations, n_classes)
-    n, k = a.shape
+    k = a.shape[1]
     pats, counts = pattern_counts(class_codes(a, c), c)
     keep = (pats < c).any(axis=1)  # items nobody labelled carry no information
     pats, counts = pats[keep], counts[keep]

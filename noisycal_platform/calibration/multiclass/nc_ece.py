@@ -30,7 +30,7 @@ import polars as pl
 from ..nc_ece import NCECEResult
 from .corrected import PREVALENCE_CLIP, as_confusion, class_weights
 
-__all__ = ["NC_ECE_KINDS", "MulticlassNCECEResult", "check_probs", "nc_ece_multiclass"]
+__all__ = ["NC_ECE_KINDS", "MulticlassNCECEResult", "binned_ece_multiclass", "check_probs", "nc_ece_multiclass"]
 
 NC_ECE_KINDS = ("top_label", "classwise")
 PROB_SUM_TOL = 1e-6
@@ -138,7 +138,7 @@ def _check_prob_chunk(pc: np.ndarray, offset: int, name: str) -> None:
     if not (pc.min() >= 0.0 and pc.max() <= 1.0):  # NaN fails both
         r, c = np.argwhere(~((pc >= 0) & (pc <= 1)))[0]
         raise ValueError(f"{name} row {offset + r} column {c}: {pc[r, c]!r} is not a probability in [0, 1]")
-    dev = np.abs(pc.sum(axis=1) - 1.0)
+    dev = np.abs(pc @ np.ones(pc.shape[1]) - 1.0)  # row sums (a matrix-vector product is the fast reduction)
     if dev.max() > PROB_SUM_TOL:
         r = int(np.argmax(dev))
         raise ValueError(f"{name} row {offset + r} sums to {pc[r].sum()!r}, not 1 (tolerance {PROB_SUM_TOL})")
@@ -151,60 +151,80 @@ def _pattern_table(k: int, c: int) -> np.ndarray:
 
 
 def _chunk_keys(x: np.ndarray, c: int, offset: int) -> np.ndarray:
-    """Pattern key Σ_j (label + 1)·(C+1)^j of a chunk of annotations (validates the values)."""
-    m, k = x.shape
+    """Pattern key Σ_j (label + 1)·(C+1)^j of a chunk of annotations (validates the values).
+
+    Float input: fmax(x, −1) maps NaN to −1; the key is one matrix-vector product, exact in float64 for
+    (C+1)^K < 2^53."""
+    k = x.shape[1]
+    powers = (c + 1) ** np.arange(k)
     if np.issubdtype(x.dtype, np.floating):
-        xf = np.nan_to_num(x, nan=-1.0)
-        d = xf.astype(np.int32)
-        bad = (d != xf) | (d < -1) | (d >= c)
+        xf = np.fmax(x, -1.0)  # NaN → −1 (missing)
+        d = xf.astype(np.intp)
+        ok = np.array_equal(d, xf) and (d.max() < c if d.size else True)
+        ok = ok and np.count_nonzero(d == -1) == np.count_nonzero(np.isnan(x))
+        if ok:
+            return (xf @ powers.astype(np.float64)).astype(np.intp) + int(powers.sum())
+        bad = ~np.isnan(x) & ((x != np.floor(x)) | (x < 0) | (x >= c))
     else:
-        d = x.astype(np.int32)
+        d = x.astype(np.intp)
         bad = (d < -1) | (d >= c)
-    if bad.any():
-        r, j = np.argwhere(bad)[0]
-        raise ValueError(
-            f"annotations row {offset + r} column {j}: {x[r, j]!r} is not a class index 0..{c - 1} "
-            "(missing: NaN, or -1 for integer arrays)"
-        )
-    key = d[:, 0] + 1
-    for j in range(1, k):  # loop over annotators
-        key += (d[:, j] + 1) * (c + 1) ** j
-    return key
+        if not bad.any():
+            return (d + 1) @ powers.astype(np.intp)
+    r, j = np.argwhere(bad)[0]
+    raise ValueError(
+        f"annotations row {offset + r} column {j}: {x[r, j]!r} is not a class index 0..{c - 1} "
+        "(missing: NaN, or -1 for integer arrays)"
+    )
 
 
 def _cell_sums(p: np.ndarray, a: np.ndarray, c: int, n_bins: int, kind: str):
     """Per (group, bin, pattern) cell counts and sums of s and s², group = class (classwise) or predicted
-    class (top-label); arrays of shape (G, B, P)."""
+    class (top-label); arrays of shape (G, B, P). Buffers are preallocated and updated in place (mixed-dtype
+    broadcasts are slow)."""
     n, k = a.shape
     n_pat = (c + 1) ** k
     n_cells = c * n_bins * n_pat
     counts = np.zeros(n_cells, np.float64)
     ssum = np.zeros(n_cells, np.float64)
-    ssq = np.zeros(n_cells, np.float64)
-    cls_off = (np.arange(c) * n_bins * n_pat)[:, None]
+    n_groups = c * n_bins
+    ssq = np.zeros(n_groups, np.float64)  # Σ s² needs no pattern split: kept per (group, bin)
+    m = min(_CHUNK, n)
+    g = c if kind == "classwise" else 1
+    fbuf = np.empty((g, m), np.float64)
+    cbuf = np.empty((g, m), np.intp)
+    bbuf = np.empty((g, m), np.intp)
+    qbuf = np.empty((g, m), np.float64)
+    cls_off = (np.arange(c, dtype=np.intp) * n_bins)[:, None]
     for lo in range(0, n, _CHUNK):  # loop over cache-sized chunks, not items
         hi = min(lo + _CHUNK, n)
+        w = hi - lo
         pc = p[lo:hi]
         _check_prob_chunk(pc, lo, "probs")
         key = _chunk_keys(a[lo:hi], c, lo)
+        f, cell, q, gb = fbuf[:, :w], cbuf[:, :w], qbuf[:, :w], bbuf[:, :w]
         if kind == "classwise":
-            s = np.ascontiguousarray(pc.T)  # (C, m)
-            b = (s * n_bins).astype(np.int32)
-            np.minimum(b, n_bins - 1, out=b)
-            cell = (b * n_pat + key).astype(np.intp) + cls_off
+            s = f
+            np.copyto(s, pc.T)  # (C, m) contiguous
         else:
             pred = pc.argmax(axis=1)
-            s = pc[np.arange(hi - lo), pred]
-            b = (s * n_bins).astype(np.int32)
-            np.minimum(b, n_bins - 1, out=b)
-            cell = (pred * n_bins + b) * n_pat + key
-        cell = cell.ravel()
-        s = s.ravel()
-        counts += np.bincount(cell, minlength=n_cells)
-        ssum += np.bincount(cell, weights=s, minlength=n_cells)
-        ssq += np.bincount(cell, weights=s * s, minlength=n_cells)
+            s = pc[np.arange(w), pred][None, :]
+        np.multiply(s, float(n_bins), out=q)
+        np.copyto(gb, q, casting="unsafe")  # truncation = floor for s >= 0
+        np.minimum(gb, n_bins - 1, out=gb)
+        if kind == "classwise":
+            np.add(gb, cls_off, out=gb)  # group·B + bin
+        else:
+            np.add(gb, (pred * n_bins)[None, :], out=gb)
+        np.multiply(gb, n_pat, out=cell)
+        np.add(cell, key[None, :], out=cell)
+        cf = cell.ravel()
+        np.multiply(s, s, out=q)
+        np.multiply(q, (key > 0)[None, :], out=q)  # Σ s² over annotated items only (key 0: nobody labelled)
+        counts += np.bincount(cf, minlength=n_cells)
+        ssum += np.bincount(cf, weights=s.ravel(), minlength=n_cells)
+        ssq += np.bincount(gb.ravel(), weights=q.ravel(), minlength=n_groups)
     shape = (c, n_bins, n_pat)
-    return counts.reshape(shape), ssum.reshape(shape), ssq.reshape(shape)
+    return counts.reshape(shape), ssum.reshape(shape), ssq.reshape(c, n_bins)
 
 
 def nc_ece_multiclass(
@@ -276,16 +296,19 @@ def nc_ece_multiclass(
     bin_n = cn.sum(axis=2)
     bin_s = (ssum * incf).sum(axis=2)
     bin_y = (cn * yg).sum(axis=2)
-    bin_q = (cn * yg**2 - 2 * ssum * incf * yg + ssq * incf).sum(axis=2)
-    n_unann = int(n_pat_items[~annotated].sum())
     excluded = counts.sum(axis=1) * (annotated[None, :] & ~inc.T)  # (C, P) items × groups excluded for weight
+    if excluded.any():  # zero-weight exclusions: the per-(group, bin) Σ s² would include them; use the item path
+        return _nc_ece_items(p, a, t, kind, int(n_bins), w, prevalence)
+    # Σ(Ỹ − s)² = Σ_p n_p Ỹ_p² − 2 Σ_p Ỹ_p S_p + Σ s² (Σ s² kept per (group, bin) over annotated items)
+    bin_q = (cn * yg**2 - 2 * ssum * incf * yg).sum(axis=2) + ssq
+    n_unann = int(n_pat_items[~annotated].sum())
     if kind == "top_label":
         bin_n, bin_s, bin_y, bin_q = (x.sum(axis=0, keepdims=True) for x in (bin_n, bin_s, bin_y, bin_q))
         n_zero = int(excluded.sum())
-        n_items = int(round(bin_n.sum()))
+        n_items = round(float(bin_n.sum()))
     else:
-        n_zero = int(round(excluded.sum(axis=1).max()))
-        n_items = int(round(n_pat_items[annotated].sum())) - n_zero
+        n_zero = round(float(excluded.sum(axis=1).max()))
+        n_items = round(float(n_pat_items[annotated].sum())) - n_zero
     return _result(kind, bin_n, bin_s, bin_y, bin_q, n_items, n_unann, n_zero, w, prevalence, int(n_bins))
 
 
@@ -320,7 +343,6 @@ def _nc_ece_items(p, a, t, kind, n_bins, weights, prevalence) -> MulticlassNCECE
     from .corrected import corrected_onehot, plugin_prevalence
 
     check_probs(p, t.shape[1])
-    c = t.shape[1]
     if isinstance(weights, str) and weights == "iv" and prevalence is None:
         prevalence = plugin_prevalence(a, t)
     w = class_weights(t, prevalence, weights)
@@ -348,3 +370,30 @@ def _nc_ece_items(p, a, t, kind, n_bins, weights, prevalence) -> MulticlassNCECE
         bin_q[r] = np.bincount(b, weights=(yy[r, ok] - s[r, ok]) ** 2, minlength=n_bins)
     n_items = int(annotated.sum()) - n_zero
     return _result(kind, bin_n, bin_s, bin_y, bin_q, n_items, n_unann, n_zero, w, prevalence, n_bins)
+
+
+def binned_ece_multiclass(probs: Any, targets: Any, kind: str = "top_label", n_bins: int = 15) -> float:
+    """Plain binned top-label or classwise ECE against (n, C) targets (one-hot clean labels, vote shares...).
+
+    Same bins and formulas as `nc_ece_multiclass` with Ỹ replaced by ``targets``; rows of ``targets`` with a
+    NaN are skipped.
+    """
+    if kind not in NC_ECE_KINDS:
+        raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
+    p = check_probs(probs)
+    y = np.asarray(targets, dtype=np.float64)
+    if y.shape != p.shape:
+        raise ValueError(f"targets must have shape {p.shape}, got {y.shape}")
+    keep = ~np.isnan(y).any(axis=1)
+    p, y = p[keep], y[keep]
+    if p.shape[0] == 0:
+        raise ValueError("no item with a target")
+    if kind == "top_label":
+        pred = p.argmax(axis=1)
+        rows = np.arange(len(p))
+        s, yy = p[rows, pred][None, :], y[rows, pred][None, :]
+    else:
+        s, yy = p.T, y.T
+    b = np.minimum(np.floor(s * n_bins).astype(np.int64), n_bins - 1) + (np.arange(s.shape[0]) * n_bins)[:, None]
+    diff = np.bincount(b.ravel(), weights=(yy - s).ravel(), minlength=s.shape[0] * n_bins)
+    return float(np.abs(diff).reshape(s.shape[0], n_bins).sum(axis=1).mean() / p.shape[0])
