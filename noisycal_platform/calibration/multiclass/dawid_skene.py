@@ -167,26 +167,69 @@ class _Run:
     converged: bool
 
 
-def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, max_iter: int, tol: float,
-            fixed_t: bool = False) -> _Run:
-    """EM until the largest change of (π, T) is below ``tol``; ``fixed_t`` updates π only (known T)."""
+def _em_map(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, fixed_t: bool):
+    """One EM step F(π, T) and the log-likelihood at the input (π, T)."""
     k, c, _ = t.shape
+    # floor at 1e-300 so that a zero entry of a known matrix gives log ≈ −690, not 0·(−inf) = NaN
+    gamma, ll = _e_step(onehot, np.log(prior), np.log(np.maximum(t, 1e-300)))
+    new_prior, new_t = _m_step(onehot, counts, gamma, k, c)
+    return new_prior, (t if fixed_t else new_t), float(counts @ ll)
+
+
+def _project(prior: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Back onto the probability simplices (entries ≥ EPS, rows renormalised)."""
+    prior = np.maximum(prior, EPS)
+    t = np.maximum(t, EPS)
+    return prior / prior.sum(), t / t.sum(axis=2, keepdims=True)
+
+
+def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, max_iter: int, tol: float,
+            fixed_t: bool = False, accelerate: bool = True) -> _Run:
+    """EM from (π, T) until one EM step changes (π, T) by less than ``tol`` (max-abs); ``fixed_t`` updates π
+    only (known T). ``n_iter`` counts EM steps.
+
+    ``accelerate``: SQUAREM (Varadhan & Roland 2008, "Simple and globally convergent methods for
+    accelerating the convergence of any EM algorithm", Scand. J. Stat. 35:335–353, scheme S3): from θ0,
+    θ1 = F(θ0), θ2 = F(θ1), r = θ1 − θ0, v = θ2 − θ1 − r, α = min(−1, −‖r‖/‖v‖), θ' = θ0 − 2αr + α²v projected
+    onto the simplices, then one stabilising step F(θ'); θ2 replaces it if the log-likelihood fell. The
+    fixed points are those of plain EM; the stopping rule is always a plain EM step's change.
+    """
+    def flat(pr, tt):
+        return np.concatenate([pr, tt.ravel()])
+
+    c = t.shape[1]
+    shape = t.shape
     converged = False
     it = 0
-    log_t = np.log(t)
-    for it in range(1, max_iter + 1):  # noqa: B007 - iterations, not samples
-        gamma, _ = _e_step(onehot, np.log(prior), log_t)
-        new_prior, new_t = _m_step(onehot, counts, gamma, k, c)
-        if fixed_t:
-            new_t = t
-        change = max(np.abs(new_prior - prior).max(), np.abs(new_t - t).max())
-        prior, t = new_prior, new_t
-        log_t = np.log(t)
+    while it < max_iter:
+        p1, t1, ll0 = _em_map(onehot, counts, prior, t, fixed_t)
+        it += 1
+        change = max(np.abs(p1 - prior).max(), np.abs(t1 - t).max())
         if change < tol:
-            converged = True
+            prior, t, converged = p1, t1, True
             break
-    _, ll = _e_step(onehot, np.log(prior), log_t)
-    return _Run(prior, t, float(counts @ ll), it, converged)
+        if not accelerate or it + 2 > max_iter:
+            prior, t = p1, t1
+            continue
+        p2, t2, ll1 = _em_map(onehot, counts, p1, t1, fixed_t)
+        it += 1
+        x0, x1, x2 = flat(prior, t), flat(p1, t1), flat(p2, t2)
+        r = x1 - x0
+        v = x2 - x1 - r
+        nv = np.linalg.norm(v)
+        alpha = -1.0 if nv == 0 else min(-1.0, -np.linalg.norm(r) / nv)
+        x = x0 - 2 * alpha * r + alpha**2 * v
+        pa, ta = _project(x[:c], x[c:].reshape(shape))
+        if fixed_t:
+            ta = t
+        p3, t3, ll_a = _em_map(onehot, counts, pa, ta, fixed_t)
+        it += 1
+        if np.isfinite(ll_a) and ll_a >= ll1:
+            prior, t = p3, t3
+        else:  # the extrapolation lost likelihood: keep the plain EM iterate
+            prior, t = p2, t2
+    _, _, ll = _em_map(onehot, counts, prior, t, fixed_t)
+    return _Run(prior, t, ll, it, converged)
 
 
 def _orient(r: _Run) -> tuple[_Run, np.ndarray]:
