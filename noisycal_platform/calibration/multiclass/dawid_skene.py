@@ -202,7 +202,7 @@ def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, m
     converged = False
     it = 0
     while it < max_iter:
-        p1, t1, ll0 = _em_map(onehot, counts, prior, t, fixed_t)
+        p1, t1, _ = _em_map(onehot, counts, prior, t, fixed_t)
         it += 1
         change = max(np.abs(p1 - prior).max(), np.abs(t1 - t).max())
         if change < tol:

@@ -228,10 +228,16 @@ def fit_multiclass_recalibrator(
     res = minimize_scalar(
         temperature_loss, bounds=(lo, hi), args=(z, y), method="bounded", options={"xatol": 1e-10, "maxiter": 500}
     )
-    theta = float(res.x)
+    theta, loss = float(res.x), float(res.fun)
+    # a bound is active when the optimiser sits on it or the loss there is no larger (flat towards the edge)
     at_bound = bool(min(abs(theta - lo), abs(theta - hi)) < 1e-6)
+    for edge in (hi, lo):
+        f_edge = temperature_loss(edge, z, y)
+        if f_edge <= loss + 1e-12 * max(1.0, abs(loss)):
+            theta, loss, at_bound = edge, f_edge, True
+            break
     params = {"temperature": 1.0 / theta, "clip": LOG_CLIP}
-    diag = {"loss": float(res.fun), "at_bound": at_bound, "min_recession_slope": slope}
+    diag = {"loss": loss, "at_bound": at_bound, "min_recession_slope": slope}
     return MulticlassRecalibrator(
         "temperature", params, corrected, target, n, bool(res.success) and not at_bound, int(res.nfev), diag
     )

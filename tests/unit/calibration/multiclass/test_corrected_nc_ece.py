@@ -38,7 +38,7 @@ def _binary_case(n: int = 20_000, seed: int = 1):
 
 
 def test_two_class_corrected_labels_and_weights_equal_the_binary_ones():
-    s, a, ch = _binary_case()
+    _, a, ch = _binary_case()
     pi = binary_plugin_prevalence(a, ch)
     pm = plugin_prevalence(a, ch)
     assert pm[1] == pytest.approx(pi, abs=1e-12) and pm[0] == pytest.approx(1 - pi, abs=1e-12)

@@ -30,7 +30,7 @@ def _crowdkit_confusion(a: np.ndarray, n_classes: int, n_iter: int):
     on a rounding-level decrease long before convergence); returns T (K, C, C) and the prior (C,)."""
     pd = pytest.importorskip("pandas")
     ck = pytest.importorskip("crowdkit.aggregation")
-    n, k = a.shape
+    k = a.shape[1]
     obs = ~np.isnan(a)
     rows, cols = np.nonzero(obs)
     long = pd.DataFrame({"task": rows, "worker": cols, "label": a[rows, cols].astype(int)})
