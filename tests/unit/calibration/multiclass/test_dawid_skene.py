@@ -172,3 +172,13 @@ def test_cifar10n_matches_crowdkit_and_the_clean_label_confusions():
     # the ML fit overstates the diagonal (annotators share what makes an image hard); largest seen: 0.0598
     assert dev[:, diag].max() < 0.07
     assert dev[:, ~diag].max() < 0.035
+
+
+def test_an_annotator_who_merges_two_classes_is_not_invertible():
+    rng = np.random.default_rng(12)
+    _, y, _, t = simulate(20_000, 12)
+    merged = t.copy()
+    merged[2, 4] = merged[2, 3]  # annotator 2 answers class 4 items exactly as class 3 items: T_2 is singular
+    a = draw_annotations(rng, y, merged)
+    with pytest.raises(NotIdentifiableError, match="annotator column 2 has smallest singular value"):
+        estimate_confusion(a)
