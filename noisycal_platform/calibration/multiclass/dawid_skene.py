@@ -75,6 +75,13 @@ class ConfusionFit:
         return np.linalg.svd(self.confusion, compute_uv=False)
 
     @property
+    def gaps(self) -> np.ndarray:
+        """(K,) channel gaps: δ_j = 1 − a_j − b_j for C = 2, else the smallest singular value of T_j."""
+        if self.n_classes == 2:
+            return 1.0 - self.confusion[:, 0, 1] - self.confusion[:, 1, 0]
+        return self.singular_values[:, -1]
+
+    @property
     def channels(self) -> tuple[Channel, ...]:
         """C = 2 only: binary channels, fpr a_j = T_j[0, 1], fnr b_j = T_j[1, 0]."""
         if self.n_classes != 2:

@@ -58,6 +58,7 @@ def test_two_classes_equal_the_binary_dawid_skene_to_1e12():
     assert m.log_likelihood == pytest.approx(b.diagnostics["log_likelihood"], rel=1e-12)
     assert [c.fpr for c in m.channels] == list(f.fpr)
     assert m.confusion.shape == (3, 2, 2) and m.converged
+    np.testing.assert_allclose(m.gaps, b.gaps, rtol=0, atol=1e-12)
 
 
 def test_matches_crowdkit_dawid_skene_2k_items_5_classes():
@@ -147,6 +148,7 @@ def test_known_confusion_fits_only_the_prevalence():
     shares = np.bincount(a[:, 0].astype(int), minlength=5) / len(a)
     np.testing.assert_allclose(fit.prevalence, np.linalg.solve(t[0].T, shares), rtol=0, atol=2e-3)
     wrapped = known_confusion(t)
+    np.testing.assert_allclose(wrapped.gaps, [np.linalg.svd(m, compute_uv=False)[-1] for m in t], rtol=1e-12)
     assert isinstance(wrapped, ConfusionFit) and np.isnan(wrapped.prevalence).all()
     with pytest.raises(ValueError, match="only for 2 classes"):
         _ = wrapped.channels
