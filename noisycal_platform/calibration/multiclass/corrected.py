@@ -1,0 +1,148 @@
+"""Corrected one-hot labels for C classes: backward correction and inverse-variance aggregation.
+
+Backward correction (Patrini et al. 2017, "Making deep neural networks robust to label noise: a loss
+correction approach", CVPR, Theorem 1): with T_j[y, a] = P(A_j = a | Y = y) invertible, the corrected
+one-hot label of annotation A_j = a is
+
+    Ỹ_j = T_j^{-T} e_a,   i.e.  Ỹ_jc = (T_j^{-1})[a, c],     E[Ỹ_j | Y = y] = T_j^{-T} T_j^T e_y = e_y,
+
+so E[Ỹ_jc | X] = P(Y = c | X) under class-conditional noise. For C = 2 the class-1 entry is
+(A_j − a_j)/δ_j (seed 000 §3). Per class c the annotators are combined with inverse corrected-noise-variance
+weights (seed 000 §4.4 applied to the class-c indicator):
+
+    v̄_jc = E[Var(Ỹ_jc | Y)] = Σ_y π_y Σ_a T_j[y, a] (T_j^{-1})[a, c]² − π_c,     w_jc ∝ 1/v̄_jc,
+
+renormalised over the annotators present on each item: Ỹ_ic = Σ_{j∈J_i} w_jc Ỹ_ijc / Σ_{j∈J_i} w_jc.
+Annotators with v̄_jc = 0 share all the weight of class c (seed 000 §C.6). For C = 2 both classes get the
+binary weights. The plug-in prevalence is the mean of the equally weighted corrected labels, clipped to
+[1e-4, 1 − 1e-4] per class (seed 000 §F.4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._patterns import as_class_annotations, class_codes
+from .dawid_skene import ConfusionFit, validate_confusion
+
+__all__ = [
+    "MULTICLASS_WEIGHT_RULES",
+    "PREVALENCE_CLIP",
+    "VAR_ZERO",
+    "as_confusion",
+    "backward_matrices",
+    "class_weights",
+    "corrected_noise_variance",
+    "corrected_onehot",
+    "plugin_prevalence",
+]
+
+MULTICLASS_WEIGHT_RULES = ("iv", "equal")
+PREVALENCE_CLIP = 1e-4
+VAR_ZERO = 1e-12
+
+
+def as_confusion(channels: Any, n_annotators: int | None = None, n_classes: int | None = None) -> np.ndarray:
+    """(K, C, C) confusion matrices from a `ConfusionFit`, a binary `ChannelFit`/channels (C = 2) or an array."""
+    if isinstance(channels, ConfusionFit):
+        return validate_confusion(channels.confusion, n_annotators, n_classes)
+    from ..channels.known import as_channels
+
+    try:
+        arr = np.asarray(channels, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim != 3:
+        chans = as_channels(channels, n_annotators)
+        arr = np.array([[[1 - ch.fpr, ch.fpr], [ch.fnr, 1 - ch.fnr]] for ch in chans])
+    return validate_confusion(arr, n_annotators, n_classes)
+
+
+def backward_matrices(confusion: Any) -> np.ndarray:
+    """(K, C, C) inverses T_j^{-1}; row a of T_j^{-1} is the corrected one-hot label of answer a."""
+    return np.linalg.inv(validate_confusion(confusion))
+
+
+def corrected_noise_variance(confusion: Any, prevalence: Any) -> np.ndarray:
+    """(K, C) v̄_jc = Σ_y π_y Σ_a T_j[y, a] (T_j^{-1})[a, c]² − π_c (see module doc)."""
+    t = validate_confusion(confusion)
+    pi = np.asarray(prevalence, dtype=np.float64)
+    if pi.shape != (t.shape[1],) or not np.all(np.isfinite(pi)) or pi.min() < 0:
+        raise ValueError(f"prevalence must be {t.shape[1]} finite values >= 0, got {pi.tolist()}")
+    tinv = np.linalg.inv(t)
+    return np.einsum("y,jya,jac->jc", pi, t, tinv**2) - pi
+
+
+def class_weights(confusion: Any, prevalence: Any = None, rule: Any = "iv") -> np.ndarray:
+    """(K, C) annotator weights per class, each column summing to 1: "iv", "equal" or an explicit array.
+
+    An explicit array may be (K,) (the same weights for every class) or (K, C).
+    """
+    t = validate_confusion(confusion)
+    k, c, _ = t.shape
+    if isinstance(rule, str):
+        if rule not in MULTICLASS_WEIGHT_RULES:
+            raise ValueError(f"weights must be one of {MULTICLASS_WEIGHT_RULES} or an array, got {rule!r}")
+        if rule == "equal":
+            w = np.ones((k, c))
+        else:
+            if prevalence is None:
+                raise ValueError("prevalence is required for weights='iv' (got None)")
+            v = corrected_noise_variance(t, prevalence)
+            zero = v <= VAR_ZERO
+            w = np.where(zero.any(axis=0), zero.astype(float), 1.0 / np.where(zero, 1.0, v))
+    else:
+        w = np.asarray(rule, dtype=np.float64)
+        if w.shape == (k,):
+            w = np.repeat(w[:, None], c, axis=1)
+        if w.shape != (k, c):
+            raise ValueError(f"weights must have shape ({k},) or ({k}, {c}), got {w.shape}")
+        if not np.all(np.isfinite(w)) or np.any(w < 0) or np.any(w.sum(axis=0) <= 0):
+            raise ValueError("weights must be finite, >= 0 and not all zero for any class")
+    return w / w.sum(axis=0)
+
+
+def _present_codes(annotations: Any, n_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    a, _ = as_class_annotations(annotations, n_classes)
+    codes = class_codes(a, n_classes)
+    return codes, codes < n_classes
+
+
+def corrected_onehot(annotations: Any, channels: Any, weights: Any = "iv", prevalence: Any = None) -> np.ndarray:
+    """(n, C) combined corrected labels Ỹ_ic (see module doc); NaN rows where nobody labelled item i.
+
+    channels : a `ConfusionFit`, (K, C, C) matrices, or binary channels (C = 2).
+    weights : "iv" (prevalence None → plug-in), "equal", or a (K,) / (K, C) array.
+    """
+    a = np.asarray(annotations)
+    if a.ndim == 1:
+        a = a[:, None]
+    t = as_confusion(channels, a.shape[1])
+    c = t.shape[1]
+    codes, present = _present_codes(a, c)
+    if isinstance(weights, str) and weights == "iv" and prevalence is None:
+        prevalence = plugin_prevalence(a, t)
+    w = class_weights(t, prevalence, weights)
+    tinv = np.linalg.inv(t)
+    num = np.zeros((a.shape[0], c))
+    den = np.zeros((a.shape[0], c))
+    for j in range(a.shape[1]):  # loop over annotators, not items
+        pj = present[:, j]
+        rows = tinv[j][np.where(pj, codes[:, j], 0)]  # (n, C) corrected one-hot of each answer
+        num += np.where(pj[:, None], rows * w[j], 0.0)
+        den += pj[:, None] * w[j]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = num / den
+    out[~present.any(axis=1)] = np.nan
+    return out
+
+
+def plugin_prevalence(annotations: Any, channels: Any) -> np.ndarray:
+    """(C,) mean of the equally weighted corrected labels over annotated items, clipped to [1e-4, 1 − 1e-4]."""
+    y = corrected_onehot(annotations, channels, weights="equal")
+    y = y[~np.isnan(y[:, 0])]
+    if y.shape[0] == 0:
+        raise ValueError("annotations has no labelled item")
+    return np.clip(y.mean(axis=0), PREVALENCE_CLIP, 1 - PREVALENCE_CLIP)

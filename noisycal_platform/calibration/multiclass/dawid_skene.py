@@ -1,0 +1,431 @@
+"""Multi-class Dawid–Skene EM on answer-pattern counts: per-annotator C×C confusion matrices and prevalences.
+
+Model (Dawid & Skene 1979): Y ~ Categorical(π); given Y = y annotator j answers a with probability
+T_j[y, a] = P(A_j = a | Y = y), independently across annotators. The marginal likelihood of an answer
+pattern p (codes c_pj, missing skipped) is Σ_y π_y Π_j T_j[y, c_pj]. With O_p ∈ {0,1}^{K·C} the one-hot
+answers of pattern p and w_p its item count:
+
+    E-step   log L_py = log π_y + Σ_{j,a} O_p[j,a] log T_j[y, a];   γ_py = L_py / Σ_y' L_py'
+    M-step   π_y = Σ_p w_p γ_py / Σ_p w_p;   T_j[y, a] = Σ_p w_p γ_py O_p[j,a] / Σ_p w_p γ_py Σ_a' O_p[j,a']
+
+Both are two matrix products over the P ≤ (C+1)^K patterns, so an iteration does not depend on n.
+Multiple starts (soft vote + seeded random starts), best log-likelihood kept. The likelihood is invariant
+under a relabelling of the latent class; the orientation is fixed by the permutation σ maximising the
+summed diagonal Σ_j Σ_y T_j[y, σ(y)] (linear sum assignment), which for C = 2 is the binary rule
+Σ_j δ_j > 0 (seed 000 §4.3, §F.2). Three informative annotators identify the model up to that relabelling
+(seed 000 §D.5 for C = 2; Kruskal 1977 for C > 2).
+
+Reference: A. P. Dawid and A. M. Skene (1979), "Maximum likelihood estimation of observer error-rates
+using the EM algorithm", J. R. Stat. Soc. C 28(1):20–28, doi:10.2307/2346806.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import linear_sum_assignment
+from scipy.stats import chi2
+
+from ..channels._base import Channel, ChannelFit, NotIdentifiableError
+from ._patterns import as_class_annotations, class_codes, pattern_counts
+
+__all__ = ["ConfusionFit", "estimate_confusion", "known_confusion", "validate_confusion"]
+
+EPS = 1e-10  # probabilities are clipped at EPS (as the binary EM and crowd-kit do)
+MIN_PREVALENCE = 1e-6  # a latent class with smaller estimated prevalence is not identified
+ASSOCIATION_P = 2.3e-4  # pairwise χ² p-value below which two annotators are associated (≈ one-sided z 3.5)
+_SPARSE_CELLS = 5_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class ConfusionFit:
+    """Result of `estimate_confusion` / `known_confusion`.
+
+    confusion : (K, C, C), confusion[j, y, a] = P(A_j = a | Y = y); rows sum to 1.
+    prevalence : (C,), P(Y = y) over the fitted items (nan for `known_confusion` without data).
+    method : "dawid_skene" or "known". converged : the selected run converged.
+    log_likelihood : marginal log-likelihood of the fitted items (nan without data). n_iter : EM iterations.
+    diagnostics : n_items, n_patterns, n_starts, starts_accepted, start_log_likelihoods,
+        min_singular_value (per annotator), diagonally_dominant (per annotator: T_j[y, y] is the largest
+        entry of every row y), permutation (latent relabelling applied).
+    """
+
+    confusion: np.ndarray
+    prevalence: np.ndarray
+    method: str
+    converged: bool
+    log_likelihood: float
+    n_iter: int
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.confusion.shape[1])
+
+    @property
+    def n_annotators(self) -> int:
+        return int(self.confusion.shape[0])
+
+    @property
+    def singular_values(self) -> np.ndarray:
+        """(K, C) singular values of each T_j, descending; the smallest is the multi-class channel gap."""
+        return np.linalg.svd(self.confusion, compute_uv=False)
+
+    @property
+    def gaps(self) -> np.ndarray:
+        """(K,) channel gaps: δ_j = 1 − a_j − b_j for C = 2, else the smallest singular value of T_j."""
+        if self.n_classes == 2:
+            return 1.0 - self.confusion[:, 0, 1] - self.confusion[:, 1, 0]
+        return self.singular_values[:, -1]
+
+    @property
+    def channels(self) -> tuple[Channel, ...]:
+        """C = 2 only: binary channels, fpr a_j = T_j[0, 1], fnr b_j = T_j[1, 0]."""
+        if self.n_classes != 2:
+            raise ValueError(f"binary channels exist only for 2 classes, this fit has {self.n_classes}")
+        return tuple(Channel(float(t[0, 1]), float(t[1, 0])) for t in self.confusion)
+
+    def to_channel_fit(self) -> ChannelFit:
+        """C = 2 only: the binary `ChannelFit` (prevalence P(Y = 1)) the binary code consumes."""
+        chans = self.channels
+        gaps = [c.gap for c in chans]
+        diag = {
+            "log_likelihood": self.log_likelihood,
+            "n_iter": self.n_iter,
+            "n_starts": self.diagnostics.get("n_starts", 0),
+            "starts_accepted": self.diagnostics.get("starts_accepted", 0),
+            "min_gap": float(min(gaps)),
+            "n_items": self.diagnostics.get("n_items", 0),
+        }
+        return ChannelFit(chans, float(self.prevalence[1]), self.method, self.converged, diag)
+
+
+def validate_confusion(confusion: Any, n_annotators: int | None = None, n_classes: int | None = None) -> np.ndarray:
+    """Check a (K, C, C) stack of row-stochastic, invertible confusion matrices; returns it as float64."""
+    t = np.asarray(confusion, dtype=np.float64)
+    if t.ndim == 2:
+        t = t[None]
+    if t.ndim != 3 or t.shape[1] != t.shape[2] or t.shape[1] < 2:
+        raise ValueError(f"confusion must have shape (K, C, C) with C >= 2, got {t.shape}")
+    if n_annotators is not None and t.shape[0] != n_annotators:
+        raise ValueError(f"confusion has {t.shape[0]} matrices but annotations has {n_annotators} columns")
+    if n_classes is not None and t.shape[1] != n_classes:
+        raise ValueError(f"confusion is {t.shape[1]}×{t.shape[2]} but there are {n_classes} classes")
+    if not np.all(np.isfinite(t)) or t.min() < 0 or t.max() > 1:
+        raise ValueError("confusion entries must be probabilities in [0, 1]")
+    rows = t.sum(axis=2)
+    if np.abs(rows - 1).max() > 1e-6:
+        j, y = np.unravel_index(np.argmax(np.abs(rows - 1)), rows.shape)
+        raise ValueError(f"confusion[{j}] row {y} sums to {rows[j, y]!r}, not 1 (rows are P(A = · | Y = y))")
+    sv = np.linalg.svd(t, compute_uv=False)[:, -1]
+    if np.any(sv <= 1e-12):
+        j = int(np.argmin(sv))
+        raise ValueError(f"confusion[{j}] is singular (smallest singular value {sv[j]:.3g}); it cannot be inverted")
+    return t
+
+
+def _one_hot(pats: np.ndarray, n_classes: int) -> Any:
+    """(P, K·C) one-hot answers, column j·C + a; dense, or CSR when large (many annotators)."""
+    p, k = pats.shape
+    obs = pats < n_classes
+    rows = np.broadcast_to(np.arange(p)[:, None], pats.shape)[obs]
+    cols = (np.arange(k)[None, :] * n_classes + pats)[obs]
+    if p * k * n_classes <= _SPARSE_CELLS:
+        out = np.zeros((p, k * n_classes))
+        out[rows, cols] = 1.0
+        return out
+    return sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(p, k * n_classes))
+
+
+def _e_step(onehot: Any, log_prior: np.ndarray, log_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Posterior γ (P, C) and per-pattern log marginal likelihood (P,)."""
+    k, c, _ = log_t.shape
+    lt = np.asarray(log_t.transpose(0, 2, 1).reshape(k * c, c))  # row j·C + a, column y
+    ll = np.asarray(onehot @ lt) + log_prior
+    m = ll.max(axis=1, keepdims=True)
+    e = np.exp(ll - m)
+    s = e.sum(axis=1, keepdims=True)
+    return e / s, (m + np.log(s))[:, 0]
+
+
+def _m_step(onehot: Any, counts: np.ndarray, gamma: np.ndarray, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """Count-weighted maximisers; a row with no weight becomes uniform; clipped at EPS and renormalised."""
+    g = gamma * counts[:, None]
+    prior = g.sum(axis=0) / counts.sum()
+    n = np.asarray(onehot.T @ g).reshape(k, c, c).transpose(0, 2, 1)  # [j, y, a]
+    tot = n.sum(axis=2, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(tot > 0, n / tot, 1.0 / c)
+    t = np.maximum(t, EPS)
+    t /= t.sum(axis=2, keepdims=True)
+    prior = np.maximum(prior, EPS)
+    return prior / prior.sum(), t
+
+
+@dataclass(frozen=True)
+class _Run:
+    prior: np.ndarray
+    t: np.ndarray
+    log_likelihood: float
+    n_iter: int
+    converged: bool
+
+
+def _em_map(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, fixed_t: bool):
+    """One EM step F(π, T) and the log-likelihood at the input (π, T)."""
+    k, c, _ = t.shape
+    # floor at 1e-300 so that a zero entry of a known matrix gives log ≈ −690, not 0·(−inf) = NaN
+    gamma, ll = _e_step(onehot, np.log(prior), np.log(np.maximum(t, 1e-300)))
+    new_prior, new_t = _m_step(onehot, counts, gamma, k, c)
+    return new_prior, (t if fixed_t else new_t), float(counts @ ll)
+
+
+def _project(prior: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Back onto the probability simplices (entries ≥ EPS, rows renormalised)."""
+    prior = np.maximum(prior, EPS)
+    t = np.maximum(t, EPS)
+    return prior / prior.sum(), t / t.sum(axis=2, keepdims=True)
+
+
+def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, max_iter: int, tol: float,
+            fixed_t: bool = False, accelerate: bool = True) -> _Run:
+    """EM from (π, T) until one EM step changes (π, T) by less than ``tol`` (max-abs); ``fixed_t`` updates π
+    only (known T). ``n_iter`` counts EM steps.
+
+    ``accelerate``: SQUAREM (Varadhan & Roland 2008, "Simple and globally convergent methods for
+    accelerating the convergence of any EM algorithm", Scand. J. Stat. 35:335–353, scheme S3): from θ0,
+    θ1 = F(θ0), θ2 = F(θ1), r = θ1 − θ0, v = θ2 − θ1 − r, α = min(−1, −‖r‖/‖v‖), θ' = θ0 − 2αr + α²v projected
+    onto the simplices, then one stabilising step F(θ'); θ2 replaces it if the log-likelihood fell. The
+    fixed points are those of plain EM; the stopping rule is always a plain EM step's change.
+    """
+    def flat(pr, tt):
+        return np.concatenate([pr, tt.ravel()])
+
+    c = t.shape[1]
+    shape = t.shape
+    converged = False
+    it = 0
+    while it < max_iter:
+        p1, t1, _ = _em_map(onehot, counts, prior, t, fixed_t)
+        it += 1
+        change = max(np.abs(p1 - prior).max(), np.abs(t1 - t).max())
+        if change < tol:
+            prior, t, converged = p1, t1, True
+            break
+        if not accelerate or it + 2 > max_iter:
+            prior, t = p1, t1
+            continue
+        p2, t2, ll1 = _em_map(onehot, counts, p1, t1, fixed_t)
+        it += 1
+        x0, x1, x2 = flat(prior, t), flat(p1, t1), flat(p2, t2)
+        r = x1 - x0
+        v = x2 - x1 - r
+        nv = np.linalg.norm(v)
+        alpha = -1.0 if nv == 0 else min(-1.0, -np.linalg.norm(r) / nv)
+        x = x0 - 2 * alpha * r + alpha**2 * v
+        pa, ta = _project(x[:c], x[c:].reshape(shape))
+        if fixed_t:
+            ta = t
+        p3, t3, ll_a = _em_map(onehot, counts, pa, ta, fixed_t)
+        it += 1
+        if np.isfinite(ll_a) and ll_a >= ll1:
+            prior, t = p3, t3
+        else:  # the extrapolation lost likelihood: keep the plain EM iterate
+            prior, t = p2, t2
+    _, _, ll = _em_map(onehot, counts, prior, t, fixed_t)
+    return _Run(prior, t, ll, it, converged)
+
+
+def _orient(r: _Run) -> tuple[_Run, np.ndarray]:
+    """Relabel the latent class by σ maximising Σ_y (Σ_j T_j)[y, σ(y)]; returns the run and σ."""
+    rows, sigma = linear_sum_assignment(r.t.sum(axis=0), maximize=True)
+    if np.array_equal(sigma, rows):
+        return r, sigma
+    inv = np.empty_like(sigma)
+    inv[sigma] = rows  # new latent class σ(y) takes old class y
+    return _Run(r.prior[inv], r.t[:, inv, :], r.log_likelihood, r.n_iter, r.converged), sigma
+
+
+def _soft_vote_start(onehot: Any, pats: np.ndarray, counts: np.ndarray, k: int, c: int):
+    """Soft-vote posterior (vote shares of the annotators present), then one M-step (crowd-kit's start)."""
+    votes = np.stack([(pats == y).sum(axis=1) for y in range(c)], axis=1).astype(float)
+    gamma = votes / np.maximum(votes.sum(axis=1, keepdims=True), 1.0)
+    return _m_step(onehot, counts, gamma, k, c)
+
+
+def _random_start(rng: np.random.Generator, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
+    """π ~ Dirichlet(1); T_j[y, y] ~ U(0.5, 0.95), the rest of row y spread by Dirichlet(1)."""
+    prior = rng.dirichlet(np.ones(c))
+    diag = rng.uniform(0.5, 0.95, size=(k, c))
+    off = rng.dirichlet(np.ones(c - 1), size=(k, c))  # (K, C, C−1)
+    t = np.empty((k, c, c))
+    for y in range(c):  # loop over classes
+        others = [a for a in range(c) if a != y]
+        t[:, y, y] = diag[:, y]
+        t[:, y, others] = (1 - diag[:, y])[:, None] * off[:, y, :]
+    return prior, t
+
+
+def _association_pvalues(onehot: Any, counts: np.ndarray, k: int, c: int) -> np.ndarray | None:
+    """(K, K) p-values of the χ² test of independence of each annotator pair on items both labelled."""
+    if k * c > 1000:
+        return None
+    o = onehot.toarray() if sparse.issparse(onehot) else onehot
+    n = ((o * counts[:, None]).T @ o).reshape(k, c, k, c).transpose(0, 2, 1, 3)  # [j, k, a, b]
+    tot = n.sum(axis=(2, 3))
+    r = n.sum(axis=3)
+    col = n.sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        exp = r[..., :, None] * col[..., None, :] / tot[..., None, None]
+        stat = np.where(exp > 0, (n - exp) ** 2 / exp, 0.0).sum(axis=(2, 3))
+    dof = ((r > 0).sum(axis=2) - 1) * ((col > 0).sum(axis=2) - 1)
+    p = np.where(dof > 0, chi2.sf(stat, np.maximum(dof, 1)), 1.0)
+    np.fill_diagonal(p, 1.0)
+    return p
+
+
+def _diag_dominant(t: np.ndarray) -> np.ndarray:
+    c = t.shape[1]
+    return np.all(t[:, np.arange(c), np.arange(c)] >= t.max(axis=2), axis=1)
+
+
+def known_confusion(confusion: Any, prevalence: Any = None) -> ConfusionFit:
+    """Wrap supplied confusion matrices (K, C, C) as a `ConfusionFit` (method "known", no data)."""
+    t = validate_confusion(confusion)
+    c = t.shape[1]
+    prior = np.full(c, np.nan) if prevalence is None else np.asarray(prevalence, float)
+    if prior.shape != (c,):
+        raise ValueError(f"prevalence must have shape ({c},), got {prior.shape}")
+    return ConfusionFit(t, prior, "known", True, float("nan"), 0, _fit_diagnostics(t, 0, 0, 0, []))
+
+
+def _fit_diagnostics(t: np.ndarray, n_items: int, n_patterns: int, accepted: int, lls: list[float]) -> dict:
+    sv = np.linalg.svd(t, compute_uv=False)[:, -1]
+    return {
+        "n_items": n_items,
+        "n_patterns": n_patterns,
+        "n_starts": len(lls),
+        "starts_accepted": accepted,
+        "start_log_likelihoods": lls,
+        "min_singular_value": sv.tolist(),
+        "diagonally_dominant": _diag_dominant(t).tolist(),
+    }
+
+
+def estimate_confusion(
+    annotations: Any,
+    n_classes: int | None = None,
+    known: Any = None,
+    n_starts: int = 10,
+    seed: int = 0,
+    min_gap: float = 0.05,
+    max_iter: int = 5000,
+    tol: float = 1e-11,
+    init: tuple[Any, Any] | None = None,
+    orient: bool = True,
+) -> ConfusionFit:
+    """Per-annotator confusion matrices and class prevalences by multi-class Dawid–Skene EM (see module doc).
+
+    Parameters
+    ----------
+    annotations : (n, K) class indices 0..C−1; float with NaN = missing, or integer with −1 = missing.
+    n_classes : C; None → 1 + the largest label.
+    known : optional (K, C, C) known confusion matrices; then only π is fitted (EM with T fixed), which
+        needs neither three annotators nor every class observed.
+    n_starts, seed : EM starts (start 0: soft vote then one M-step; others random from ``seed``).
+    min_gap : runs in which some T_j has smallest singular value ≤ min_gap are screened out (for C = 2 the
+        smallest singular value is ≤ δ_j = 1 − a_j − b_j).
+    max_iter, tol : EM stops when the largest change of (π, T) is below ``tol``.
+    init : optional start (π (C,), T (K, C, C)) replacing start 0. orient : apply the relabelling.
+
+    Raises
+    ------
+    NotIdentifiableError
+        Fewer than three annotators, a class no annotator ever used, fewer than three annotators
+        associated with another one, or no start giving invertible matrices and non-empty classes.
+    """
+    a, c = as_class_annotations(annotations, n_classes)
+    k = a.shape[1]
+    pats, counts = pattern_counts(class_codes(a, c), c)
+    keep = (pats < c).any(axis=1)  # items nobody labelled carry no information
+    pats, counts = pats[keep], counts[keep]
+    n_items = int(counts.sum())
+    if n_items == 0:
+        raise ValueError("annotations has no labelled item")
+    onehot = _one_hot(pats, c)
+    if known is not None:
+        t = validate_confusion(known, k, c)
+        prior0 = np.full(c, 1.0 / c)
+        r = _run_em(onehot, counts, prior0, t, max_iter, tol, fixed_t=True)
+        diag = _fit_diagnostics(t, n_items, len(counts), 1, [r.log_likelihood])
+        return ConfusionFit(t, r.prior, "known", r.converged, r.log_likelihood, r.n_iter, diag)
+    if k < 3:
+        raise NotIdentifiableError(
+            f"multi-class Dawid–Skene needs at least 3 annotators, got {k}: with fewer the confusion matrices "
+            "are not identified (a continuum of matrices fits the joint answer table, seed 000 §D.1). Add "
+            "annotators or supply known confusion matrices"
+        )
+    if n_starts < 1:
+        raise ValueError(f"n_starts must be >= 1, got {n_starts}")
+    per_annot = ((pats < c) * counts[:, None]).sum(axis=0)
+    if np.any(per_annot == 0):
+        raise ValueError(f"annotations column {int(np.flatnonzero(per_annot == 0)[0])} has no label")
+    used = np.asarray(onehot.T @ counts).reshape(k, c).sum(axis=0)
+    if np.any(used == 0):
+        missing = np.flatnonzero(used == 0).tolist()
+        raise NotIdentifiableError(
+            f"class(es) {missing} never appear in any annotation (n_classes={c}): their prevalence and their "
+            "rows of the confusion matrices cannot be estimated. Declare only the classes in use, add items of "
+            "those classes, or supply known confusion matrices"
+        )
+    pv = _association_pvalues(onehot, counts, k, c)
+    if pv is not None:
+        informative = (pv < ASSOCIATION_P).sum(axis=1) >= 1
+        if informative.sum() < 3:
+            raise NotIdentifiableError(
+                f"fewer than three informative annotators: only columns {np.flatnonzero(informative).tolist()} "
+                f"are associated with another annotator (χ² test of independence p < {ASSOCIATION_P}). "
+                "Dawid–Skene needs three informative annotators: add annotators, drop uninformative ones, or "
+                "supply known confusion matrices"
+            )
+    rng = np.random.default_rng(seed)
+    if init is not None:
+        start0 = (np.asarray(init[0], float), validate_confusion(init[1], k, c))
+    else:
+        start0 = _soft_vote_start(onehot, pats, counts, k, c)
+    starts = [start0] + [_random_start(rng, k, c) for _ in range(n_starts - 1)]
+    runs = []
+    for prior0, t0 in starts:
+        r = _run_em(onehot, counts, np.asarray(prior0, float), np.asarray(t0, float), max_iter, tol)
+        sigma = np.arange(c)
+        if orient:
+            r, sigma = _orient(r)
+        runs.append((r, sigma))
+
+    def _screen(r: _Run) -> tuple[float, float]:
+        sv = np.linalg.svd(r.t, compute_uv=False)[:, -1]
+        return float(sv.min()), float(r.prior.min())
+
+    ok = [
+        (r, s) for r, s in runs
+        if np.isfinite(r.log_likelihood) and _screen(r)[0] > min_gap and _screen(r)[1] > MIN_PREVALENCE
+    ]
+    lls = [float(r.log_likelihood) for r, _ in runs]
+    if not ok:
+        best = max(runs, key=lambda rs: rs[0].log_likelihood if np.isfinite(rs[0].log_likelihood) else -np.inf)[0]
+        sv = np.linalg.svd(best.t, compute_uv=False)[:, -1]
+        j = int(np.argmin(sv))
+        raise NotIdentifiableError(
+            f"no EM start gave invertible confusion matrices with every class present: annotator column {j} "
+            f"has smallest singular value {sv[j]:.4f} (min_gap={min_gap}; per column "
+            f"{np.round(sv, 4).tolist()}), smallest class prevalence {best.prior.min():.2e}. An annotator whose "
+            "answers carry (almost) no information about some class cannot be inverted: drop it, supply its "
+            "confusion matrix as known, add informative annotators, or merge classes no one tells apart"
+        )
+    best, sigma = max(ok, key=lambda rs: rs[0].log_likelihood)
+    diag = _fit_diagnostics(best.t, n_items, len(counts), len(ok), lls)
+    diag["permutation"] = sigma.tolist()
+    return ConfusionFit(best.t, best.prior, "dawid_skene", best.converged, best.log_likelihood, best.n_iter, diag)

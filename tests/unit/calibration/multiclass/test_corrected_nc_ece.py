@@ -1,0 +1,189 @@
+"""Corrected one-hot labels and multi-class NC-ECE: C = 2 against the binary functions, unbiasedness, the
+pattern kernel against brute force, and tracking of the clean-label ECE in a simulation with known truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from noisycal_platform.calibration import Channel, aggregation_weights, corrected_labels, nc_ece
+from noisycal_platform.calibration import plugin_prevalence as binary_plugin_prevalence
+from noisycal_platform.calibration.channels import dawid_skene
+from noisycal_platform.calibration.multiclass import (
+    backward_matrices,
+    binned_ece_multiclass,
+    class_weights,
+    corrected_noise_variance,
+    corrected_onehot,
+    estimate_confusion,
+    naive_onehot,
+    nc_ece_multiclass,
+    plugin_prevalence,
+)
+from noisycal_platform.calibration.multiclass import nc_ece as mc_nc_ece
+from tests.unit.calibration.multiclass._sim import asymmetric_confusions, draw_annotations, simulate
+
+
+def _binary_case(n: int = 20_000, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.3).astype(int)
+    fpr, fnr = np.array([0.1, 0.2, 0.05]), np.array([0.05, 0.1, 0.2])
+    a = (rng.random((n, 3)) < np.where(y[:, None] == 1, 1 - fnr, fpr)).astype(float)
+    a[rng.random(a.shape) < 0.2] = np.nan
+    a[:50] = np.nan  # some unannotated items
+    s = np.clip(0.3 * y + 0.5 * rng.random(n), 0, 1)
+    s[:8] = [0.0, 0.3, 0.5, 0.6, 0.7, 1.0, 0.2, 0.9]  # bin-edge fixtures
+    a[5:8] = [0, 1, np.nan]
+    return s, a, dawid_skene(a).channels
+
+
+def test_two_class_corrected_labels_and_weights_equal_the_binary_ones():
+    _, a, ch = _binary_case()
+    pi = binary_plugin_prevalence(a, ch)
+    pm = plugin_prevalence(a, ch)
+    assert pm[1] == pytest.approx(pi, abs=1e-12) and pm[0] == pytest.approx(1 - pi, abs=1e-12)
+    wb = aggregation_weights(ch, pi)
+    wm = class_weights(np.array([[[1 - c.fpr, c.fpr], [c.fnr, 1 - c.fnr]] for c in ch]), pm)
+    np.testing.assert_allclose(wm[:, 1], wb, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(wm[:, 0], wb, rtol=0, atol=1e-12)  # Ỹ_0 = 1 − Ỹ_1 has the same variance
+    yb = corrected_labels(a, ch, wb)
+    ym = corrected_onehot(a, ch)
+    np.testing.assert_array_equal(np.isnan(ym[:, 1]), np.isnan(yb))
+    np.testing.assert_allclose(ym[:, 1], yb, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ym[:, 0], 1 - yb, rtol=0, atol=1e-12)
+    # one annotator at a time: (A − a)/δ exactly as the seed writes it
+    c0 = ch[0]
+    one = corrected_onehot(a[:, :1], [c0], weights="equal")[:, 1]
+    np.testing.assert_allclose(one, (a[:, 0] - c0.fpr) / c0.gap, rtol=0, atol=1e-12)
+
+
+def test_two_class_nc_ece_equals_the_binary_nc_ece():
+    s, a, ch = _binary_case()
+    p = np.column_stack([1 - s, s])
+    rb = nc_ece(s, a, ch)
+    rm = nc_ece_multiclass(p, a, ch, kind="classwise")
+    assert rm.per_class[1] == pytest.approx(rb.value, abs=1e-12)
+    assert (rm.n_items, rm.n_unannotated) == (rb.n_items, rb.n_unannotated)
+    got = rm.binary_results()[1].bins
+    assert got["bin"].to_list() == rb.bins["bin"].to_list() and got["n"].to_list() == rb.bins["n"].to_list()
+    for col in ("mean_score", "mean_corrected_label", "residual"):
+        np.testing.assert_allclose(got[col].to_numpy(), rb.bins[col].to_numpy(), rtol=0, atol=1e-12)
+    # top-label at C = 2: items predicted 0 see the flipped annotation 1 − A through the flipped channel
+    # (a' = b, b' = a), so the binary NC-ECE of the confidence on 2K disjoint columns is the same quantity.
+    pred = p.argmax(axis=1)
+    a2 = np.full((len(s), 6), np.nan)
+    a2[pred == 1, :3] = a[pred == 1]
+    a2[pred == 0, 3:] = 1 - a[pred == 0]
+    ch2 = list(ch) + [Channel(c.fnr, c.fpr) for c in ch]
+    w = aggregation_weights(ch, binary_plugin_prevalence(a, ch))
+    ref = nc_ece(p.max(axis=1), a2, ch2, weights=np.concatenate([w, w]))
+    top = nc_ece_multiclass(p, a, ch, kind="top_label")
+    assert top.value == pytest.approx(ref.value, abs=1e-12)
+    assert top.n_items == ref.n_items
+
+
+def test_backward_correction_is_unbiased():
+    t = asymmetric_confusions(5)
+    tinv = backward_matrices(t)
+    for j in range(3):  # E[Ỹ | Y = y] = Σ_a T[y, a] T^{-1}[a, ·] = e_y (closed form)
+        np.testing.assert_allclose(t[j] @ tinv[j], np.eye(5), rtol=0, atol=1e-12)
+    rng = np.random.default_rng(2)
+    y = np.repeat(np.arange(5), 40_000)
+    a = draw_annotations(rng, y, t)
+    ym = corrected_onehot(a[:, :1], t[:1], weights="equal")
+    means = np.stack([ym[y == c].mean(axis=0) for c in range(5)])
+    np.testing.assert_allclose(means, np.eye(5), rtol=0, atol=0.03)  # Monte Carlo, sd ≤ 0.008
+    v = corrected_noise_variance(t[:1], np.full(5, 0.2))  # E[Var(Ỹ | Y)] = Var(Ỹ − e_Y) as E[Ỹ − e_Y | Y] = 0
+    np.testing.assert_allclose(v[0], (ym - np.eye(5)[y]).var(axis=0), rtol=0.05)
+
+
+def test_iv_weights_reduce_the_variance_of_the_combined_label():
+    rng = np.random.default_rng(3)
+    t = asymmetric_confusions(5)
+    y = rng.integers(0, 5, 100_000)
+    a = draw_annotations(rng, y, t)
+    pi = np.full(5, 0.2)
+    iv = corrected_onehot(a, t, weights="iv", prevalence=pi) - np.eye(5)[y]
+    eq = corrected_onehot(a, t, weights="equal") - np.eye(5)[y]
+    assert np.all(iv.var(axis=0) < eq.var(axis=0))
+
+
+@pytest.mark.parametrize("kind", ["classwise", "top_label"])
+def test_pattern_kernel_equals_brute_force(kind, monkeypatch):
+    rng = np.random.default_rng(4)
+    n, c = 3_000, 4
+    t = np.full((3, c, c), 0.1)
+    t[:, np.arange(c), np.arange(c)] = 0.7
+    a = rng.integers(0, c, (n, 3)).astype(float)
+    a[rng.random(a.shape) < 0.3] = np.nan
+    p = rng.dirichlet(np.ones(c), n)
+    p[0] = [1.0, 0.0, 0.0, 0.0]
+    p[1] = [0.6, 0.3, 0.1, 0.0]
+    res = nc_ece_multiclass(p, a, t, kind=kind, n_bins=10)
+    # brute force: per-item corrected labels, explicit loops over groups and bins
+    y = corrected_onehot(a, t, weights=res.weights)
+    ok = ~np.isnan(y[:, 0])
+    if kind == "classwise":
+        groups = [(p[ok, g], y[ok, g]) for g in range(c)]
+    else:
+        pred = p[ok].argmax(axis=1)
+        groups = [(p[ok].max(axis=1), y[ok][np.arange(ok.sum()), pred])]
+    for g, (s, yy) in enumerate(groups):
+        b = np.minimum(np.floor(s * 10), 9).astype(int)
+        for k in range(10):
+            m = b == k
+            assert res.bin_n[g, k] == m.sum()
+            assert res.bin_sum_label[g, k] == pytest.approx(yy[m].sum(), abs=1e-9)
+            assert res.bin_sum_score[g, k] == pytest.approx(s[m].sum(), abs=1e-9)
+            assert res.bin_sum_sq_residual[g, k] == pytest.approx(((yy[m] - s[m]) ** 2).sum(), rel=1e-9, abs=1e-9)
+    terms = [sum(abs((yy - s)[np.minimum(np.floor(s * 10), 9) == k].sum()) for k in range(10)) / len(s)
+             for s, yy in groups]
+    assert res.value == pytest.approx(np.mean(terms), rel=1e-9)
+    assert res.n_unannotated == int((~ok).sum())
+    monkeypatch.setattr(mc_nc_ece, "_MAX_CELLS", 1)  # per-item path gives the same sums
+    alt = nc_ece_multiclass(p, a, t, kind=kind, n_bins=10)
+    np.testing.assert_allclose(alt.bin_sum_label, res.bin_sum_label, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(alt.bin_sum_sq_residual, res.bin_sum_sq_residual, rtol=0, atol=1e-9)
+    assert alt.value == pytest.approx(res.value, rel=1e-9)
+
+
+def test_identity_channel_with_clean_labels_is_the_plain_ece():
+    p, y, _, _ = simulate(5_000, 5)
+    for kind in ("classwise", "top_label"):
+        nc = nc_ece_multiclass(p, y[:, None].astype(float), np.eye(5)[None], kind=kind).value
+        assert nc == pytest.approx(binned_ece_multiclass(p, np.eye(5)[y], kind), abs=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_nc_ece_with_estimated_channels_tracks_the_clean_ece_and_majority_vote_does_not(seed):
+    p, y, a, _ = simulate(20_000, seed)
+    fit = estimate_confusion(a)
+    clean_target = np.eye(5)[y]
+    mv = naive_onehot(a, 5, "majority_vote")
+    for kind in ("top_label", "classwise"):
+        clean = binned_ece_multiclass(p, clean_target, kind)
+        est = nc_ece_multiclass(p, a, fit, kind=kind).value
+        naive = binned_ece_multiclass(p, mv, kind)
+        assert abs(est - clean) < 0.01, (kind, est, clean)
+        assert abs(naive - clean) > 0.015, (kind, naive, clean)  # seen: 0.05 top-label, 0.022 classwise
+
+
+def test_bad_inputs_name_row_and_column():
+    p, _, a, t = simulate(100, 6)
+    bad = p.copy()
+    bad[7] *= 1.01
+    with pytest.raises(ValueError, match="probs row 7 sums to"):
+        nc_ece_multiclass(bad, a, t)
+    bad = p.copy()
+    bad[3, 2] = np.nan
+    with pytest.raises(ValueError, match="probs row 3 column 2"):
+        nc_ece_multiclass(bad, a, t)
+    aa = a.copy()
+    aa[11, 2] = 5.0
+    with pytest.raises(ValueError, match="annotations row 11 column 2"):
+        nc_ece_multiclass(p, aa, t)
+    aa[11, 2] = -3.0
+    with pytest.raises(ValueError, match="annotations row 11 column 2"):
+        nc_ece_multiclass(p, aa, t, kind="classwise")
+    with pytest.raises(ValueError, match="shape"):
+        nc_ece_multiclass(p[:, :4], a, t)
