@@ -74,7 +74,9 @@ UE_SCORES_SCHEMA = {
     "n_answer_tokens": pl.Int64,
     "n_samples": pl.Int64,
     "se_clustering": pl.String,
+    "ue_unavailable": pl.String,  # UE scores the generation's inputs cannot give, and why (null: none)
 }
+_NO_LOGITS = "self_certainty, logtoku: no answer-token logits in the generation (e.g. a server's log-probabilities)"
 
 
 @dataclass
@@ -378,6 +380,7 @@ def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
             pl.Series("n_answer_tokens", n_tok, dtype=pl.Int64),
             pl.Series("n_samples", n_s, dtype=pl.Int64),
             pl.lit(clustering).alias("se_clustering"),
+            pl.Series("ue_unavailable", np.where(n_tok > 0, None, _NO_LOGITS), dtype=pl.String),
         )
         .cast(UE_SCORES_SCHEMA)
     )
