@@ -43,6 +43,10 @@ class SettingsResource(dg.ConfigurableResource):
     correctness_comparisons: list[list[str]] = Field(
         default_factory=lambda: [["bem", "exact_match"], ["llm_judge", "exact_match"]]
     )
+    # local OpenAI-compatible server the generations are collected from (`noisycal audit collect`)
+    generation_base_url: str = "http://127.0.0.1:8000/v1"
+    generation_model: str = ""
+    generation_endpoint: str = "chat"  # chat | completions
     judge_base_url: str = ""
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000

@@ -130,3 +130,39 @@ def test_web_records_undo_and_csv_annotations(tmp_path):
     _write(d / "a.csv", "dataset,model,case_id,annotator_id,human_correct,error_category\nd,m,c1,a,1,\nd,m,c2,a,0,\n")
     with pytest.raises(ValueError, match=r"a\.csv: row 2: field 'error_category'"):
         aw.read_annotation_csvs(d)
+
+
+def test_run_audit_agreement_writes_disagreements_and_consensus_once(demo_frames, tmp_path):
+    gen = demo_frames["gen"]
+    home = tmp_path / "home"
+    paths = aw.AuditPaths(home)
+    assert aw.run_audit_agreement(home, gen) is None  # no sample yet
+    sample = aw.draw_audit_sample(gen, per_stratum=25, seed=0)
+    paths.sample.parent.mkdir(parents=True)
+    _write(paths.sample, aw.sample_csv_text(sample))
+    truth = {tuple(x[:3]): x[3] for x in _em(gen).select(*KEY, "em").iter_rows()}
+    keys = sample.select(KEY).rows()
+    ann = _annotations(sample, truth, {keys[0]})
+    paths.annotation_csvs.mkdir(parents=True)
+    for who in ("ann_a", "ann_b"):
+        lines = ["dataset,model,case_id,annotator_id,human_correct,error_category"]
+        lines += [
+            f"{a['dataset']},{a['model']},{a['case_id']},{who},{int(a['human_correct'])},{a['error_category'] or ''}"
+            for a in ann
+            if a["annotator_id"] == who
+        ]
+        _write(paths.annotation_csvs / f"{who}.csv", "\n".join(lines) + "\n")
+    res = aw.run_audit_agreement(home, gen, n_boot=50)
+    assert res.consensus.height == len(keys) - 1
+    dis = pl.read_csv(paths.disagreements)
+    assert dis.height == 1 and dis["case_id"][0] == keys[0][2]
+    stamp = paths.consensus.stat().st_mtime_ns
+    aw.run_audit_agreement(home, gen, n_boot=50)
+    assert paths.consensus.stat().st_mtime_ns == stamp  # unchanged content: not rewritten (no sensor loop)
+    # the joint decision, dropped as a filled copy of the disagreements file, completes the consensus
+    paths.adjudications.mkdir(parents=True)
+    filled = dis.with_columns(pl.lit(1).alias("human_correct"), pl.lit(None, pl.String).alias("error_category"))
+    filled.write_csv(paths.adjudications / "joint.csv")
+    res = aw.run_audit_agreement(home, gen, n_boot=50)
+    assert res.consensus.height == len(keys)
+    assert res.consensus.filter(pl.col("decision") == "joint")["human_correct"].to_list() == [True]
