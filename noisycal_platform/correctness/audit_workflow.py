@@ -156,15 +156,9 @@ def draw_audit_sample(generations: pl.DataFrame, *, per_stratum: int = 25, seed:
             continue
         rows = part.sort("case_id")["_row"].to_numpy()
         picked.append(rng.choice(rows, size=per_stratum, replace=False))
-    for ds, model in g.select("dataset", "model").unique().sort("dataset", "model").iter_rows():
-        for stratum in EM_STRATA:
-            if (
-                g.filter(
-                    (pl.col("dataset") == ds) & (pl.col("model") == model) & (pl.col("em_stratum") == stratum)
-                ).height
-                == 0
-            ):
-                short.append(f"{ds}/{model} {stratum}: 0 predictions")
+    present = set(g.select("dataset", "model", "em_stratum").unique().iter_rows())
+    for ds, model in g.select("dataset", "model").unique().iter_rows():
+        short += [f"{ds}/{model} {st}: 0 predictions" for st in EM_STRATA if (ds, model, st) not in present]
     if short:
         raise ValueError(f"strata smaller than --per-stratum {per_stratum}: {sorted(set(short))}")
     order = rng.permutation(np.concatenate(picked))

@@ -166,3 +166,11 @@ def test_run_audit_agreement_writes_disagreements_and_consensus_once(demo_frames
     res = aw.run_audit_agreement(home, gen, n_boot=50)
     assert res.consensus.height == len(keys)
     assert res.consensus.filter(pl.col("decision") == "joint")["human_correct"].to_list() == [True]
+
+
+def test_empty_stratum_is_named(demo_frames):
+    gen = _em(demo_frames["gen"])
+    g0 = gen.select("dataset", "model").row(0)
+    drop = (pl.col("dataset") == g0[0]) & (pl.col("model") == g0[1]) & pl.col("em")
+    with pytest.raises(ValueError, match=f"{g0[0]}/{g0[1]} EM-accepted: 0 predictions"):
+        aw.draw_audit_sample(gen.filter(~drop).drop("em"), per_stratum=1, seed=0)
