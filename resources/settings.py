@@ -5,7 +5,8 @@ Example::
 
     {"nc_ece_limit": 0.05, "min_channel_gap": 0.1, "min_items_per_bin": 10, "encoder_preset": "demo",
      "nli_model_paths": {"deberta": "/models/deberta-mnli"}, "judge_base_url": "http://127.0.0.1:8000/v1",
-     "judge_model": "local-llm"}
+     "judge_model": "local-llm", "bem_model_path": "/models/bem",
+     "correctness_comparisons": [["bem", "exact_match"], ["llm_judge", "exact_match"]]}
 """
 
 import json

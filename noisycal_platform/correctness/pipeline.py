@@ -291,7 +291,9 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
     if cfg.judge is None:
         parts.append(_skipped(gen, "llm_judge", "no judge endpoint configured"))
     else:
-        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows)))
+        where = getattr(cfg.judge, "base_url", None)
+        served = (f"{where} model {getattr(cfg.judge, 'model', '?')}", None) if where else None
+        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows), served))
     return pl.concat(parts).select(list(DECISIONS_SCHEMA)).cast(DECISIONS_SCHEMA)
 
 
