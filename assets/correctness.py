@@ -11,6 +11,7 @@ import polars as pl
 from assets.policy import CORRECTNESS
 from assets.raw import AUDIT_LABELS, GENERATIONS
 from noisycal_platform.correctness import pipeline as cp
+from resources.inbox import InboxResource
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
 
@@ -19,18 +20,21 @@ UE_SCORES = CORRECTNESS.key("ue_scores")
 CRITERION_AUDIT = CORRECTNESS.key("criterion_audit")
 UE_SENSITIVITY = CORRECTNESS.key("ue_sensitivity")
 FALSE_ACCEPTANCE = CORRECTNESS.key("false_acceptance")
+AUDIT_AGREEMENT = CORRECTNESS.key("audit_agreement")
 
 
 @CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
-    "(0.20/0.30/0.40), embedding cosine, NLI, LLM judge; unconfigured criteria appear as skipped.",
+    "(0.20/0.30/0.40), BEM (local model), embedding similarity, NLI, LLM judge; unconfigured criteria appear "
+    "as skipped.",
 )
 def criterion_decisions(
     generations: pl.DataFrame, judge: JudgeResource, settings: SettingsResource
 ) -> dg.Output[pl.DataFrame]:
     config = cp.CriteriaConfig(
         embedding_model_path=settings.embedding_model_path or None,
+        bem_model_path=settings.bem_model_path or None,
         nli_model_paths=dict(settings.nli_model_paths),
         judge=judge.get_judge(),
     )
@@ -75,7 +79,8 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
         "audit_labels": dg.AssetIn(AUDIT_LABELS),
     },
     description="Per criterion: H_f (balanced accuracy vs humans), D_f and F_f = 1 − D_f (AUROC distortion of "
-    "UE methods), directional errors, paired stratified bootstrap CIs with Bonferroni adjustment.",
+    "UE methods), directional errors, paired stratified bootstrap CIs; Bonferroni over the configured "
+    "comparison pairs (default: the seed's BEM vs EM and judge vs EM).",
 )
 def criterion_audit(
     criterion_decisions: pl.DataFrame,
@@ -87,6 +92,7 @@ def criterion_audit(
         criterion_decisions,
         ue_scores,
         audit_labels,
+        comparisons=[tuple(p) for p in settings.correctness_comparisons],
         n_boot=settings.n_bootstrap_correctness,
         seed=settings.seed,
     )
@@ -121,3 +127,31 @@ def ue_sensitivity(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame) -
 )
 def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     return dg.Output(cp.false_acceptance(criterion_decisions, audit_labels))
+
+
+@CORRECTNESS.asset(
+    ins={"generations": dg.AssetIn(GENERATIONS)},
+    description="The two annotators of the audit sample (exports/audit_sample.csv): Cohen's κ and raw agreement "
+    "per group with bootstrap CIs; disagreements exported for the joint decision "
+    "(exports/audit_disagreements.csv); agreements plus joint decisions written as correctness/audit/"
+    "consensus.csv (undecided items left out and counted).",
+)
+def audit_agreement(
+    generations: pl.DataFrame, inbox: InboxResource, settings: SettingsResource
+) -> dg.Output[pl.DataFrame]:
+    from noisycal_platform.correctness import audit_workflow as aw
+
+    res = aw.run_audit_agreement(inbox.layout.home, generations, seed=settings.seed)
+    if res is None:
+        return dg.Output(pl.DataFrame(schema=aw.AGREEMENT_SCHEMA), metadata={"note": "no audit sample yet"})
+    overall = res.agreement.filter(pl.col("scope_kind") == "all").row(0, named=True)
+    return dg.Output(
+        res.agreement,
+        metadata={
+            "kappa": overall["kappa"],
+            "raw_agreement": overall["raw_agreement"],
+            "items_both_annotated": overall["n_items"],
+            "disagreements_undecided": overall["n_undecided"],
+            "consensus_labels": res.consensus.height,
+        },
+    )

@@ -9,6 +9,8 @@
     noisycal annotators add NAME --role R | revoke NAME | list
     noisycal serve-confirmations            the local confirmation web tool
     noisycal status                         where things are, what is pending
+    noisycal audit sample [--per-stratum 25] [--seed 0]   draw the correctness audit sample (seed 002 §2.4)
+    noisycal audit collect --prompts FILE   generations from the local OpenAI-compatible server in settings.json
 
 Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``).
 """
@@ -163,6 +165,85 @@ def cmd_status(args) -> int:
     return 0
 
 
+# --- correctness audit (additive block) -------------------------------------------------------------------
+def cmd_audit(args) -> int:
+    if args.action == "collect":
+        return _audit_collect(args)
+    from noisycal_platform.correctness import audit_workflow as aw
+    from noisycal_platform.correctness.io import read_generations
+    from noisycal_platform.io import atomic_write_text
+
+    layout = HomeLayout.at(args.home)
+    sample = aw.draw_audit_sample(read_generations(layout.generations), per_stratum=args.per_stratum, seed=args.seed)
+    text = aw.sample_csv_text(sample)
+    path = aw.AuditPaths(layout.home).sample
+    if path.is_file() and path.read_text(encoding="utf-8") != text and not args.force:
+        raise ValueError(f"{path} exists with a different sample (answers may refer to it); pass --force to replace")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    n_groups = sample.select("dataset", "model").n_unique()
+    print(f"audit sample: {sample.height} predictions ({n_groups} groups x 2 EM strata x {args.per_stratum}) -> {path}")
+    print("annotators answer at /correctness in `noisycal serve-confirmations`,")
+    print("or by CSV in correctness/audit_annotations/ (dataset, model, case_id, annotator_id, human_correct,")
+    print("error_category)")
+    return 0
+
+
+def _audit_collect(args) -> int:
+    from noisycal_platform.correctness.collect import (
+        OpenAIServerError,
+        PromptSpec,
+        collect_generations_openai,
+        write_generations_jsonl,
+    )
+    from resources.settings import load_settings
+
+    if args.prompts is None:
+        raise ValueError("audit collect needs --prompts FILE (JSONL of case_id, dataset, task_question, "
+                         "candidate_labels, reference_labels, multi_label, context)")
+    layout = HomeLayout.at(args.home)
+    settings = load_settings(layout.home)
+    if not settings.generation_model:
+        raise ValueError("set generation_model (and generation_base_url) in settings.json")
+    prompts = []
+    for n, line in enumerate(args.prompts.read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+                obj["candidate_labels"], obj["reference_labels"] = (tuple(obj[k]) for k in ("candidate_labels",
+                                                                                            "reference_labels"))
+                prompts.append(PromptSpec(**obj))
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{args.prompts}: line {n}: {type(exc).__name__}: {exc}") from None
+    try:
+        records = collect_generations_openai(
+            prompts, model=settings.generation_model, base_url=settings.generation_base_url,
+            endpoint=settings.generation_endpoint, n_samples=args.samples, top_logprobs=args.top_logprobs,
+            seed=args.seed,
+        )
+    except OpenAIServerError as exc:  # nothing was written
+        print(f"noisycal audit collect: {exc}", file=sys.stderr)
+        return 2
+    out = write_generations_jsonl(records, layout.generations / f"{args.prompts.stem}.jsonl")
+    print(f"audit collect: {len(records)} generations from {settings.generation_base_url} -> {out}")
+    return 0
+
+
+def _add_audit_parser(sub) -> None:
+    p = sub.add_parser("audit", help="correctness audit: draw the stratified sample; collect generations")
+    p.add_argument("action", choices=["sample", "collect"])
+    p.add_argument("--prompts", type=Path, default=None, help="collect: JSONL of prompts")
+    p.add_argument("--samples", type=int, default=10, help="collect: sampled answers per prompt")
+    p.add_argument("--top-logprobs", type=int, default=20, help="collect: top-K log-probabilities per token")
+    p.add_argument("--per-stratum", type=int, default=25, help="predictions per EM stratum and group (seed: 25)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace an existing, different sample")
+    p.set_defaults(func=cmd_audit)
+
+
+# --- end of the correctness audit block --------------------------------------------------------------------
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noisycal", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -209,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8765)
     p.set_defaults(func=cmd_serve)
     sub.add_parser("status", help="where things are and what is pending").set_defaults(func=cmd_status)
+    _add_audit_parser(sub)
     return parser
 
 

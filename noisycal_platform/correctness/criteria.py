@@ -1,6 +1,7 @@
 """Correctness criteria (seed 002 §3.1): each returns accept/reject, an invalid flag and a reason.
 
-Exact match, ROUGE-L (rouge-score, text ASCII-folded first), embedding cosine similarity, per-label NLI
+Exact match, ROUGE-L (rouge-score, text ASCII-folded first), BEM answer equivalence (Bulian et al. 2022,
+a local cross-encoder), embedding similarity (cosine of sentence embeddings; not BEM), per-label NLI
 entailment and an LLM judge behind the `Judge` protocol. Models load from local paths only; a criterion whose
 model or endpoint is not configured is skipped by the pipeline with a visible note, never simulated.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "Judge",
     "OpenAICompatibleJudge",
     "ascii_fold",
+    "bem_decision",
     "exact_match",
     "judge_decision",
     "judge_messages",
@@ -141,13 +143,23 @@ def rouge_l_decision(score: float, threshold: float, answer: str | None) -> Deci
 
 
 def similarity_decision(cosine: float, threshold: float, answer: str | None, model_name: str) -> Decision:
-    """Accept when cosine(embed(answer), embed(reference text)) >= threshold."""
+    """Embedding similarity: accept when cosine(embed(answer), embed(reference text)) >= threshold."""
     if answer is None:
         return Decision(False, True, "no parseable answer")
     verb = ">=" if cosine >= threshold else "<"
     return Decision(
         bool(cosine >= threshold), False, f"{model_name} cosine {cosine:.3f} {verb} {threshold:.2f}"
     )
+
+
+def bem_decision(score: float, threshold: float, answer: str | None) -> Decision:
+    """BEM: accept when P(candidate equivalent to reference | question) >= threshold (seed 002 §3.1: 0.5)."""
+    if answer is None:
+        return Decision(False, True, "no parseable answer")
+    if not np.isfinite(score):
+        return Decision(False, True, "BEM score undefined")
+    verb = ">=" if score >= threshold else "<"
+    return Decision(bool(score >= threshold), False, f"BEM {score:.3f} {verb} {threshold:.2f}")
 
 
 # ---------------------------------------------------------------------------------------------- NLI

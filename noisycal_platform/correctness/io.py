@@ -44,7 +44,7 @@ GENERATION_FIELDS: dict[str, Any] = {
     "answer_top_logits": pl.List(pl.List(pl.Float64)),  # per answer token: top-K raw logits (K >= 2)
     "answer_logsumexp": pl.List(pl.Float64),  # per answer token: logsumexp over the full vocabulary
     "answer_mean_logit": pl.List(pl.Float64),  # per answer token: mean logit over the full vocabulary
-    "vocab_size": pl.Int64,  # V (logits dimension)
+    "vocab_size": pl.Int64,  # V (logits dimension); null when there are no answer-token logits
     "sample_answers": pl.List(pl.String),  # N sampled answers (extracted answer, or raw text if malformed)
     "sample_token_logliks": pl.List(pl.List(pl.Float64)),  # per sample: log-likelihood of each sampled token
 }
@@ -101,8 +101,9 @@ def _check_record(obj: Any, err) -> dict[str, Any]:
     if not obj["multi_label"] and len(refs) != 1:
         raise err("reference_labels", f"single-label task needs exactly one reference label, got {refs!r}")
     v = obj.get("vocab_size")
-    if not isinstance(v, int) or isinstance(v, bool) or v < 2:
-        raise err("vocab_size", f"must be an integer >= 2, got {v!r}")
+    no_logits = v is None and obj.get("answer_top_logits") == []  # e.g. a server's output (collect.py)
+    if not no_logits and (not isinstance(v, int) or isinstance(v, bool) or v < 2):
+        raise err("vocab_size", f"must be an integer >= 2 (null only with no answer_top_logits), got {v!r}")
     top = obj.get("answer_top_logits")
     if not isinstance(top, list) or not all(
         isinstance(t, list) and len(t) >= 2 and all(map(_is_num, t)) for t in top

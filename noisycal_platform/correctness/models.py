@@ -1,13 +1,14 @@
 """Local text models for the criteria: sentence embeddings and NLI classifiers, loaded from paths only.
 
 torch/transformers are imported inside functions (optional `llm` extra). Nothing is downloaded: loading uses
-`local_files_only=True`. No PyPI package ships NLI or BEM weights (STACK.md), so NLI needs a
-clinic-supplied path.
+`local_files_only=True`. No PyPI package ships NLI or BEM weights, so NLI and BEM need a clinic-supplied
+path. Every loaded model carries the sha256 of its files (``model_sha256``) for the report.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -17,11 +18,14 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "BEMModel",
     "EmbeddingModel",
     "NLIModel",
     "default_embedding_model_path",
+    "load_bem_model",
     "load_embedding_model",
     "load_nli_model",
+    "model_sha256",
     "transformers_available",
 ]
 
@@ -47,6 +51,26 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def model_sha256(path: str | Path) -> str:
+    """sha256 over a model folder: for every regular file, sorted by relative POSIX path, the path, a NUL,
+    the file's own sha256 and a newline (a single file: that file's sha256)."""
+    path = Path(path)
+    if path.is_file():
+        return _file_sha256(path)
+    outer = hashlib.sha256()
+    for f in sorted((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.relative_to(path).as_posix()):
+        outer.update(f"{f.relative_to(path).as_posix()}\0{_file_sha256(f)}\n".encode())
+    return outer.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def default_embedding_model_path() -> Path | None:
@@ -195,3 +219,90 @@ def load_nli_model(path: str | Path, *, name: str | None = None) -> NLIModel:
         _tok=tok,
         _model=model,
     )
+
+
+@dataclass
+class BEMModel:
+    """Answer-equivalence cross-encoder (BEM, Bulian et al. 2022): a BERT classifier over
+    ``[CLS] candidate [SEP] reference [SEP] question [SEP]`` whose score is softmax(logits)[equivalent].
+
+    Token types: 0 for the candidate, 1 for the reference, and 2 for the question when the model has a
+    third token type (the layout of the published BEM inputs), else 1.
+    """
+
+    name: str
+    path: Path
+    sha256: str
+    equivalent_id: int
+    batch_size: int = 32
+    torch_threads: int | None = 1
+    max_length: int = 512
+    _tok: Any = field(default=None, repr=False)
+    _model: Any = field(default=None, repr=False)
+
+    def _encode(self, questions: Sequence[str], references: Sequence[str], candidates: Sequence[str]):
+        import torch
+
+        sep = self._tok.sep_token
+        second = [f"{r} {sep} {q}" for r, q in zip(references, questions, strict=True)]
+        batch = self._tok(
+            list(candidates),
+            second,
+            padding=True,
+            truncation="only_second",
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
+        if int(getattr(self._model.config, "type_vocab_size", 2)) >= 3 and "token_type_ids" in batch:
+            is_sep = batch["input_ids"] == self._tok.sep_token_id
+            seps_before = torch.cumsum(is_sep, dim=1) - is_sep.long()
+            question = (seps_before >= 2) & batch["attention_mask"].bool()
+            batch["token_type_ids"] = torch.where(question, 2, batch["token_type_ids"])
+        return batch
+
+    def scores(
+        self, questions: Sequence[str], references: Sequence[str], candidates: Sequence[str]
+    ) -> np.ndarray:
+        """P(equivalent) per (question, reference, candidate); distinct triples are scored once."""
+        import torch
+
+        if not (len(questions) == len(references) == len(candidates)):
+            raise ValueError(
+                f"questions, references and candidates differ in length: {len(questions)}, "
+                f"{len(references)}, {len(candidates)}"
+            )
+        triples = list(zip(questions, references, candidates, strict=True))
+        uniq = sorted(set(triples), key=lambda t: (sum(map(len, t)), t))  # similar lengths share a batch
+        pos = {t: i for i, t in enumerate(uniq)}
+        out = []
+        with torch.inference_mode(), _torch_threads(self.torch_threads):
+            for i in range(0, len(uniq), self.batch_size):
+                chunk = uniq[i : i + self.batch_size]
+                batch = self._encode([t[0] for t in chunk], [t[1] for t in chunk], [t[2] for t in chunk])
+                logits = self._model(**batch).logits.float()
+                out.append(torch.softmax(logits, dim=-1)[:, self.equivalent_id].numpy().astype(np.float64))
+        p = np.concatenate(out) if out else np.zeros(0)
+        return p[np.fromiter((pos[t] for t in triples), dtype=np.int64, count=len(triples))]
+
+
+def load_bem_model(path: str | Path, *, name: str = "bem") -> BEMModel:
+    """Load a local BEM classifier (2 classes). The "equivalent" class is the id2label entry starting with
+    "equiv"; with generic names (LABEL_0/LABEL_1) it is class 1, the published BEM's convention."""
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"BEM model path {path} has no config.json")
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(path, local_files_only=True).eval()
+    id2label = {int(k): str(v) for k, v in dict(model.config.id2label).items()}
+    if int(model.config.num_labels) != 2:
+        raise ValueError(f"BEM model {path}: expected 2 classes, config has {model.config.num_labels} {id2label}")
+    eq = _find_id(id2label, "equiv")
+    if eq is None:
+        if set(id2label.values()) != {"LABEL_0", "LABEL_1"}:
+            raise ValueError(f"BEM model {path}: config.id2label {id2label} has no 'equivalent' label")
+        eq = 1
+    if tok.sep_token is None or tok.sep_token_id is None:
+        raise ValueError(f"BEM model {path}: the tokenizer has no [SEP] token")
+    return BEMModel(name=name, path=path, sha256=model_sha256(path), equivalent_id=eq, _tok=tok, _model=model)

@@ -58,7 +58,10 @@ DECISIONS_SCHEMA = {
     "reason": pl.String,  # why; for skipped criteria the visible note
     "skipped": pl.Boolean,
     "parseable": pl.Boolean,
+    "criterion_model": pl.String,  # local model path the criterion used (null: no model, or skipped)
+    "criterion_model_sha256": pl.String,  # models.model_sha256 of that path
 }
+NO_NLI_CLUSTERING = "none: no NLI model configured; semantic entropy not computed (see answer_entropy)"
 UE_SCORES_SCHEMA = {
     "dataset": pl.String,
     "model": pl.String,
@@ -71,7 +74,9 @@ UE_SCORES_SCHEMA = {
     "n_answer_tokens": pl.Int64,
     "n_samples": pl.Int64,
     "se_clustering": pl.String,
+    "ue_unavailable": pl.String,  # UE scores the generation's inputs cannot give, and why (null: none)
 }
+_NO_LOGITS = "self_certainty, logtoku: no answer-token logits in the generation (e.g. a server's log-probabilities)"
 
 
 @dataclass
@@ -82,6 +87,8 @@ class CriteriaConfig:
     rouge_use_stemmer: bool = True
     embedding_model_path: str | None = "default"
     embedding_threshold: float = 0.50
+    bem_model_path: str | None = None  # local BEM classifier folder; None -> `bem` is skipped
+    bem_threshold: float = 0.50
     nli_model_paths: Mapping[str, str] = field(default_factory=dict)  # criterion suffix -> local model dir
     nli_threshold: float = 0.50
     nli_hypothesis: str = "The answer includes {label}."
@@ -123,7 +130,13 @@ def raw_audit_labels(audit_dir: str | Path, generations: pl.DataFrame) -> pl.Dat
     return frame
 
 
-def _rows(gen: pl.DataFrame, criterion: str, decisions: Sequence[cr.Decision]) -> pl.DataFrame:
+def _rows(
+    gen: pl.DataFrame,
+    criterion: str,
+    decisions: Sequence[cr.Decision],
+    model: tuple[str, str] | None = None,
+) -> pl.DataFrame:
+    path, sha = model if model is not None else (None, None)
     return (
         gen.select(*KEY, "answer")
         .with_columns(
@@ -133,6 +146,8 @@ def _rows(gen: pl.DataFrame, criterion: str, decisions: Sequence[cr.Decision]) -
             pl.Series("reason", [d.reason for d in decisions], dtype=pl.String),
             pl.lit(False).alias("skipped"),
             pl.col("answer").is_not_null().alias("parseable"),
+            pl.lit(path, pl.String).alias("criterion_model"),
+            pl.lit(sha, pl.String).alias("criterion_model_sha256"),
         )
         .drop("answer")
     )
@@ -148,6 +163,8 @@ def _skipped(gen: pl.DataFrame, criterion: str, note: str) -> pl.DataFrame:
             pl.lit(f"skipped: {note}").alias("reason"),
             pl.lit(True).alias("skipped"),
             pl.col("answer").is_not_null().alias("parseable"),
+            pl.lit(None, pl.String).alias("criterion_model"),
+            pl.lit(None, pl.String).alias("criterion_model_sha256"),
         )
         .drop("answer")
     )
@@ -156,8 +173,10 @@ def _skipped(gen: pl.DataFrame, criterion: str, note: str) -> pl.DataFrame:
 def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None = None) -> pl.DataFrame:
     """correctness/criterion_decisions: one row per prediction x criterion (DECISIONS_SCHEMA).
 
-    Criteria: exact_match; rouge_l_<t> for each threshold; cosine_<model>_<t>; nli_<name> per configured NLI
-    model; llm_judge. Unconfigured ones appear with skipped=true and the reason as a visible note.
+    Criteria: exact_match; rouge_l_<t> for each threshold; bem (a local BEM model, never a substitute);
+    embedding_similarity_<model>_<t>; nli_<name> per configured NLI model; llm_judge. Unconfigured ones
+    appear with skipped=true and the reason as a visible note; each active model-based criterion records
+    the model path and its sha256.
     """
     from noisycal_platform.correctness import models as md
 
@@ -197,7 +216,21 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
         ds = [cr.Decision(d.accepted, d.invalid, f"{d.reason} ({stem}, ASCII-folded)") for d in ds]
         parts.append(_rows(gen, f"rouge_l_{t:.2f}", ds))
 
-    emb_name = f"cosine_embedding_{cfg.embedding_threshold:.2f}"
+    no_llm = "transformers/torch not installed (optional `llm` extra)"
+    if cfg.bem_model_path is None:
+        parts.append(
+            _skipped(gen, "bem", "no BEM model configured (bem_model_path in settings.json); no substitute is used")
+        )
+    elif not md.transformers_available():
+        parts.append(_skipped(gen, "bem", no_llm))
+    else:
+        bem = md.load_bem_model(cfg.bem_model_path)
+        bem.torch_threads = cfg.torch_threads
+        p_eq = bem.scores([r["task_question"] for r in rows], refs, [r["answer"] or "" for r in rows])
+        ds = [cr.bem_decision(p, cfg.bem_threshold, r["answer"]) for p, r in zip(p_eq, rows, strict=True)]
+        parts.append(_rows(gen, "bem", ds, (str(bem.path), bem.sha256)))
+
+    emb_name = f"embedding_similarity_{cfg.embedding_threshold:.2f}"
     if cfg.embedding_model_path is None:
         parts.append(_skipped(gen, emb_name, "no embedding model configured"))
     elif not md.transformers_available():
@@ -209,7 +242,7 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
             None if cfg.embedding_model_path == "default" else cfg.embedding_model_path
         )
         model.torch_threads = cfg.torch_threads
-        emb_name = f"cosine_{model.name.lower()}_{cfg.embedding_threshold:.2f}"
+        emb_name = f"embedding_similarity_{model.name.lower()}_{cfg.embedding_threshold:.2f}"
         answers = [r["answer"] or "" for r in rows]
         cos = model.cosine(answers, refs)
         parts.append(
@@ -220,6 +253,7 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
                     cr.similarity_decision(c, cfg.embedding_threshold, r["answer"], model.name)
                     for c, r in zip(cos, rows, strict=True)
                 ],
+                (str(model.path), md.model_sha256(model.path)),
             )
         )
 
@@ -252,12 +286,14 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
                 )
             )
             off += k
-        parts.append(_rows(gen, f"nli_{name}", ds))
+        parts.append(_rows(gen, f"nli_{name}", ds, (str(nli.path), md.model_sha256(nli.path))))
 
     if cfg.judge is None:
         parts.append(_skipped(gen, "llm_judge", "no judge endpoint configured"))
     else:
-        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows)))
+        where = getattr(cfg.judge, "base_url", None)
+        served = (f"{where} model {getattr(cfg.judge, 'model', '?')}", None) if where else None
+        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows), served))
     return pl.concat(parts).select(list(DECISIONS_SCHEMA)).cast(DECISIONS_SCHEMA)
 
 
@@ -287,8 +323,9 @@ def _judge_all(judge: cr.Judge, rows: list[dict]) -> list[cr.Decision]:
 def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
     """correctness/ue_scores: UE_SCORES_SCHEMA, higher = more uncertain; NaN where inputs are missing.
 
-    Semantic-entropy clusters: bidirectional entailment with `nli_model` (models.NLIModel) if given, otherwise
-    the EM canonical label set (then the discrete variant equals answer_entropy).
+    Semantic-entropy clusters come from bidirectional entailment with `nli_model` (models.NLIModel). Without
+    one, clustering by EM canonical label set would make semantic entropy the answer entropy under another
+    name, so both semantic_entropy columns are NaN and se_clustering says so; answer_entropy is reported.
     """
     g = generations
     n = g.height
@@ -314,12 +351,11 @@ def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
     sed = np.full(n, np.nan)
     sew = np.full(n, np.nan)
     hs = n_s > 0
-    clustering = "canonical labels"
+    clustering = NO_NLI_CLUSTERING
     if hs.any():
         sub = g.filter(pl.Series(hs))
         keys = ue.answer_keys(sub["sample_answers"].to_list(), sub["candidate_labels"].to_list())
         ae[hs] = ue.answer_entropy(keys)
-        clusters = keys
         if nli_model is not None:
             clustering = f"nli:{nli_model.name}"
             clusters = []
@@ -329,12 +365,12 @@ def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
                     return bool(nli_model.entailment([f"{_q} {a}"], [f"{_q} {b}"])[0] >= 0.5)
 
                 clusters.append(ue.cluster_by_entailment(ss, entails))
-        sed[hs] = ue.semantic_entropy_discrete(clusters)
-        per_sample = sub["sample_token_logliks"].explode()
-        tok_len = per_sample.list.len().to_numpy().astype(np.int64)
-        mean_ll = ue._segment_mean(per_sample.explode().to_numpy().astype(np.float64), tok_len)
-        codes, lengths = ue._codes(clusters)
-        sew[hs] = ue._se_weighted_flat(codes, lengths, mean_ll)
+            sed[hs] = ue.semantic_entropy_discrete(clusters)
+            per_sample = sub["sample_token_logliks"].explode()
+            tok_len = per_sample.list.len().to_numpy().astype(np.int64)
+            mean_ll = ue._segment_mean(per_sample.explode().to_numpy().astype(np.float64), tok_len)
+            codes, lengths = ue._codes(clusters)
+            sew[hs] = ue._se_weighted_flat(codes, lengths, mean_ll)
     return (
         g.select(KEY)
         .with_columns(
@@ -346,6 +382,7 @@ def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
             pl.Series("n_answer_tokens", n_tok, dtype=pl.Int64),
             pl.Series("n_samples", n_s, dtype=pl.Int64),
             pl.lit(clustering).alias("se_clustering"),
+            pl.Series("ue_unavailable", np.where(n_tok > 0, None, _NO_LOGITS), dtype=pl.String),
         )
         .cast(UE_SCORES_SCHEMA)
     )

@@ -106,7 +106,7 @@ def _audit_table(audit: pl.DataFrame) -> str:
         return "<p>No active criteria.</p>"
     head = (
         "<tr><th class=l>criterion</th><th>H_f [95% CI]</th><th>D_f [95% CI]</th><th>F_f</th>"
-        "<th>ΔD_f vs reference [95%]</th><th>ΔD_f [Bonferroni]</th><th>ΔH_f vs reference [95%]</th>"
+        "<th>compared with</th><th>ΔD_f [95%]</th><th>ΔD_f [Bonferroni]</th><th>ΔH_f [95%]</th>"
         "<th>false rejects</th><th>false accepts</th></tr>"
     )
     body = []
@@ -118,6 +118,7 @@ def _audit_table(audit: pl.DataFrame) -> str:
         body.append(
             f"<tr><td class=l>{escape(r['criterion'])}</td><td>{ci(r['h_f'], r['h_f_lo'], r['h_f_hi'])}</td>"
             f"<td>{ci(r['d_f'], r['d_f_lo'], r['d_f_hi'])}</td><td>{_f(r['f_f'])}</td>"
+            f"<td class=l>{escape(r['reference'] or '–')}</td>"
             f"<td>{ci(r['delta_d'], r['delta_d_lo'], r['delta_d_hi'])}</td>"
             f"<td>{ci(r['delta_d'], r['delta_d_lo_adj'], r['delta_d_hi_adj'])}</td>"
             f"<td>{ci(r['delta_h'], r['delta_h_lo'], r['delta_h_hi'])}</td>"
@@ -125,18 +126,41 @@ def _audit_table(audit: pl.DataFrame) -> str:
             f"<td>{r['false_accepts']}/{r['n_human_incorrect']}</td></tr>"
         )
     r0 = rows.row(0, named=True)
+    pairs = [f"{r['criterion']} − {r['reference']}" for r in rows.iter_rows(named=True) if r["reference"]]
     note = (
         f"<p class=note>{r0['n_items']} audited predictions in {r0['n_groups']} dataset–model groups; "
         f"{r0['n_boot']:,} paired stratified bootstrap replicates (EM quotas fixed per group, the same "
-        f"resample for every criterion and UE method). Reference criterion: {escape(r0['reference'])}; "
-        "Bonferroni over "
-        f"{r0['n_comparisons']} comparisons ({100 * r0['ci_level_adj']:.2f}% intervals). Audit rows whose "
+        f"resample for every criterion and UE method). Differences: {escape(', '.join(pairs) or 'none')}. "
+        f"Bonferroni adjustment over the {r0['n_comparisons']} planned comparisons: "
+        f"{100 * r0['ci_level']:.0f}% → {100 * r0['ci_level_adj']:.2f}% intervals. Audit rows whose "
         f"EM stratum disagrees with our exact match: {r0['n_em_stratum_mismatch']}. The intervals describe "
         "resampling stability within this audit, not population uncertainty.</p>"
     )
     if r0["note"]:
         note += f"<p class=note>{escape(r0['note'])}</p>"
     return f"<table>{head}{''.join(body)}</table>{note}"
+
+
+def _criteria_table(audit: pl.DataFrame) -> str:
+    """Per criterion: whether it ran, the local model (path, sha256) it used, or why it was skipped."""
+    rows = audit.filter(pl.col("scope_kind") == "all").unique("criterion", keep="first").sort("criterion")
+    if rows.height == 0:
+        return ""
+    body = []
+    for r in rows.iter_rows(named=True):
+        ran = r["status"] == "ok"
+        model = escape(r["criterion_model"]) if r["criterion_model"] else "–"
+        sha = f"<code>{escape(r['criterion_model_sha256'])}</code>" if r["criterion_model_sha256"] else "–"
+        why = "" if ran else escape(r["note"] or "")
+        body.append(
+            f"<tr><td class=l>{escape(r['criterion'])}</td><td class=l>{'ran' if ran else 'skipped'}</td>"
+            f"<td class=l>{model}</td><td class=l>{sha}</td><td class=l>{why}</td></tr>"
+        )
+    head = (
+        "<tr><th class=l>criterion</th><th class=l>status</th><th class=l>model path</th>"
+        "<th class=l>model sha256</th><th class=l>why skipped</th></tr>"
+    )
+    return f"<h2>Criteria</h2><table>{head}{''.join(body)}</table>"
 
 
 def _auroc_table(sens: pl.DataFrame) -> str:
@@ -255,6 +279,7 @@ def render_correctness_report(
 1 − D_f,
 D_f = mean |AUROC under the criterion − AUROC under human labels| over UE methods and groups. Bars: 95% paired
 bootstrap intervals.</p>
+{_criteria_table(criterion_audit)}
 {_two_axis_plot(criterion_audit)}
 {_audit_table(criterion_audit)}
 <h2>2. Criterion sensitivity of UE evaluation</h2>

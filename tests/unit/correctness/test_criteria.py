@@ -207,3 +207,13 @@ def test_http_judge_errors_raise(stand_in):
     stand_in.queue.append((200, json.dumps({"choices": []})))
     with pytest.raises(ValueError, match="choices"):
         judge.complete(judge_messages("q", CANDS, "a"))
+
+
+def test_bem_decision_threshold_and_unparseable():
+    from noisycal_platform.correctness.criteria import bem_decision
+
+    assert bem_decision(0.5, 0.5, "a").accepted  # the seed's rule: BEM >= 0.50 accepts
+    assert not bem_decision(0.4999, 0.5, "a").accepted
+    d = bem_decision(0.9, 0.5, None)
+    assert not d.accepted and d.invalid
+    assert bem_decision(float("nan"), 0.5, "a").invalid

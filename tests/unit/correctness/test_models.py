@@ -49,7 +49,7 @@ def _tiny_bert(path, id2label=None, entail_logit=None):
 
     path.mkdir(parents=True, exist_ok=True)
     (path / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
+    BertTokenizerFast(vocab=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
     cfg = BertConfig(
         vocab_size=len(WORDS),
         hidden_size=16,
@@ -163,7 +163,7 @@ def test_embedding_cosine_with_tiny_encoder(tmp_path):
     d = cp.criterion_decisions(
         gen, cp.CriteriaConfig(embedding_model_path=str(path), embedding_threshold=0.999)
     )
-    row = d.filter(pl.col("criterion") == "cosine_enc_1.00").sort("case_id")
+    row = d.filter(pl.col("criterion") == "embedding_similarity_enc_1.00").sort("case_id")
     # reference text "Sepsis" vs answer "sepsis": lower-cased tokenizer -> identical -> cosine 1
     assert row["accepted"].to_list() == [True, False]
 

@@ -23,7 +23,8 @@ def test_decisions_schema_and_skips(demo_frames):
     assert {"exact_match", "rouge_l_0.20", "rouge_l_0.30", "rouge_l_0.40"} <= crits
     skipped = d.filter(pl.col("skipped")).group_by("criterion").agg(pl.col("reason").first())
     notes = dict(skipped.iter_rows())
-    assert set(notes) == {"cosine_embedding_0.50", "nli", "llm_judge"}
+    assert set(notes) == {"bem", "embedding_similarity_0.50", "nli", "llm_judge"}
+    assert "no substitute" in notes["bem"]
     assert all(n.startswith("skipped: ") for n in notes.values())
     assert d.filter(pl.col("skipped"))["accepted"].null_count() == d.filter(pl.col("skipped")).height
     # malformed outputs are kept: rejected and invalid under every active criterion
@@ -34,16 +35,20 @@ def test_decisions_schema_and_skips(demo_frames):
 def test_ue_scores_schema(demo_frames):
     s = demo_frames["scores"]
     assert s.schema == pl.Schema(cp.UE_SCORES_SCHEMA)
-    for m in cp.UE_METHODS:
+    for m in ("self_certainty", "logtoku", "answer_entropy"):
         assert s[m].is_finite().all()
-    # no NLI model: discrete SE uses the EM canonical clusters and equals answer entropy
-    assert np.allclose(s["semantic_entropy_discrete"].to_numpy(), s["answer_entropy"].to_numpy())
+    # no NLI model: semantic entropy is not passed off under its name; answer entropy is what is reported
+    assert s["semantic_entropy"].is_nan().all() and s["semantic_entropy_discrete"].is_nan().all()
+    assert (s["se_clustering"] == cp.NO_NLI_CLUSTERING).all()
 
 
 def test_criterion_audit_point_estimates_equal_direct_metrics(demo_frames):
     d, s, a = demo_frames["decisions"], demo_frames["scores"], demo_frames["audit"]
-    res = cp.criterion_audit(d, s, a, n_boot=200, seed=1)
+    pairs = [(c, "exact_match") for c in ("rouge_l_0.20", "rouge_l_0.30", "rouge_l_0.40")]
+    res = cp.criterion_audit(d, s, a, n_boot=200, seed=1, comparisons=pairs)
     assert res.schema == pl.Schema(cp.AUDIT_RESULT_SCHEMA)
+    finite = [m for m in cp.UE_METHODS if s[m].is_finite().all()]
+    assert finite == ["self_certainty", "logtoku", "answer_entropy"]
     items = a.join(d.filter(~pl.col("skipped")), on=KEY).join(s, on=KEY)
     for crit in ("exact_match", "rouge_l_0.30"):
         part = items.filter(pl.col("criterion") == crit)
@@ -51,7 +56,7 @@ def test_criterion_audit_point_estimates_equal_direct_metrics(demo_frames):
         h = np.mean([balanced_accuracy_score(gp["human_correct"], gp["accepted"]) for gp in groups])
         diffs = []
         for gp in groups:
-            for m in cp.UE_METHODS:
+            for m in finite:
                 u = gp[m].to_numpy()
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -74,11 +79,11 @@ def test_criterion_audit_point_estimates_equal_direct_metrics(demo_frames):
     other = res.filter((pl.col("scope") == "all") & (pl.col("criterion") == "rouge_l_0.30")).row(
         0, named=True
     )
-    assert other["delta_d"] == pytest.approx(other["d_f"] - ref["d_f"])
+    assert other["delta_d"] == pytest.approx(other["d_f"] - ref["d_f"]) and other["reference"] == "exact_match"
     assert other["n_comparisons"] == 3 and other["ci_level_adj"] == pytest.approx(1 - 0.05 / 3)
     assert other["delta_d_lo_adj"] <= other["delta_d_lo"] <= other["delta_d_hi"] <= other["delta_d_hi_adj"]
     assert set(res["scope_kind"]) == {"all", "dataset", "group"}
-    assert res.filter(pl.col("status") == "skipped").height == 3
+    assert res.filter(pl.col("status") == "skipped").height == 4
 
 
 def test_criterion_audit_is_seeded(demo_frames):
@@ -86,8 +91,8 @@ def test_criterion_audit_is_seeded(demo_frames):
     r1 = cp.criterion_audit(d, s, a, n_boot=100, seed=3)
     r2 = cp.criterion_audit(d, s, a, n_boot=100, seed=3)
     assert r1.equals(r2)
-    with pytest.raises(ValueError, match="reference"):
-        cp.criterion_audit(d, s, a, n_boot=10, reference="nli")
+    with pytest.raises(ValueError, match="comparison"):
+        cp.criterion_audit(d, s, a, n_boot=10, comparisons=[("nope", "exact_match")])
 
 
 def test_false_acceptance_matches_direct_count(demo_frames):
@@ -187,11 +192,27 @@ def test_decision_is_a_value():
 
 def test_criterion_audit_restricted_comparisons(demo_frames):
     d, s, a = demo_frames["decisions"], demo_frames["scores"], demo_frames["audit"]
-    res = cp.criterion_audit(d, s, a, n_boot=50, compare=["rouge_l_0.20", "rouge_l_0.40"])
+    pairs = [("rouge_l_0.20", "exact_match"), ("rouge_l_0.40", "rouge_l_0.20")]
+    res = cp.criterion_audit(d, s, a, n_boot=50, comparisons=pairs)
     allrows = res.filter((pl.col("scope") == "all") & (pl.col("status") == "ok"))
     with_delta = set(allrows.filter(pl.col("delta_d").is_not_null())["criterion"])
     assert with_delta == {"rouge_l_0.20", "rouge_l_0.40"}
     assert allrows["n_comparisons"].unique().to_list() == [2]
     assert allrows["ci_level_adj"][0] == pytest.approx(0.975)  # the seed's two comparisons: 97.5% intervals
-    with pytest.raises(ValueError, match="compare"):
-        cp.criterion_audit(d, s, a, n_boot=10, compare=["exact_match"])
+    r40 = allrows.filter(pl.col("criterion") == "rouge_l_0.40").row(0, named=True)
+    r20 = allrows.filter(pl.col("criterion") == "rouge_l_0.20").row(0, named=True)
+    assert r40["reference"] == "rouge_l_0.20" and r40["delta_h"] == pytest.approx(r40["h_f"] - r20["h_f"])
+    with pytest.raises(ValueError, match="comparison"):
+        cp.criterion_audit(d, s, a, n_boot=10, comparisons=[("exact_match", "exact_match")])
+
+
+def test_seed_comparisons_with_skipped_criteria_are_reported_not_computed(demo_frames):
+    d, s, a = demo_frames["decisions"], demo_frames["scores"], demo_frames["audit"]
+    res = cp.criterion_audit(d, s, a, n_boot=20)  # default: bem − EM and llm_judge − EM, both skipped here
+    allrows = res.filter(pl.col("scope") == "all")
+    assert allrows["n_comparisons"].unique().to_list() == [2]
+    assert allrows["ci_level_adj"].unique().to_list() == [pytest.approx(0.975)]
+    assert allrows["delta_d"].drop_nulls().len() == 0
+    ok = allrows.filter(pl.col("status") == "ok").row(0, named=True)
+    assert "bem − exact_match" in ok["note"] and "llm_judge − exact_match" in ok["note"]
+    assert "semantic_entropy" in ok["note"]  # left out: not computed without an NLI model

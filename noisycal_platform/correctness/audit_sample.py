@@ -1,0 +1,173 @@
+"""The audit sample (seed 002 §2.4): per dataset x model group, exactly ``per_stratum`` EM-accepted and
+``per_stratum`` EM-rejected predictions drawn without replacement (seeded), shown in one shuffled order.
+
+The sample file ``exports/audit_sample.csv`` holds what the annotators see (task, candidate and reference
+labels, answer, raw output) and nothing else: no UE score, no criterion verdict, not even the EM stratum
+(seed 002 §2.4: automatic decisions were hidden during annotation). ``AuditPaths`` names every audit file.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from noisycal_platform.correctness.criteria import exact_match
+from noisycal_platform.correctness.io import EM_STRATA, CorrectnessInputError
+
+__all__ = [
+    "AUDIT_SAMPLE_COLUMNS",
+    "AuditPaths",
+    "draw_audit_sample",
+    "em_strata",
+    "read_audit_sample",
+    "sample_csv_text",
+]
+
+AUDIT_SAMPLE_COLUMNS = [
+    "position",
+    "dataset",
+    "model",
+    "case_id",
+    "task_question",
+    "candidate_labels",  # JSON list
+    "reference_labels",  # JSON list
+    "multi_label",
+    "answer",
+    "raw_output",
+]
+
+
+@dataclass(frozen=True)
+class AuditPaths:
+    """Where the audit files live under a platform home."""
+
+    home: Path
+
+    @property
+    def sample(self) -> Path:
+        return self.home / "exports" / "audit_sample.csv"
+
+    @property
+    def web_answers(self) -> Path:
+        return self.home / "inbox" / "correctness_audit"
+
+    @property
+    def annotation_csvs(self) -> Path:
+        return self.home / "correctness" / "audit_annotations"
+
+    @property
+    def adjudications(self) -> Path:
+        return self.home / "correctness" / "adjudication"
+
+    @property
+    def disagreements(self) -> Path:
+        return self.home / "exports" / "audit_disagreements.csv"
+
+    @property
+    def consensus(self) -> Path:
+        return self.home / "correctness" / "audit" / "consensus.csv"
+
+
+def em_strata(generations: pl.DataFrame) -> pl.Series:
+    """EM stratum ("EM-accepted"/"EM-rejected") of every generation, by the platform's exact match."""
+    rows = generations.select("answer", "candidate_labels", "reference_labels", "multi_label").iter_rows()
+    acc = [exact_match(a, c, r, multi_label=m).accepted for a, c, r, m in rows]
+    return pl.Series("em_stratum", [EM_STRATA[0] if x else EM_STRATA[1] for x in acc], dtype=pl.String)
+
+
+def draw_audit_sample(generations: pl.DataFrame, *, per_stratum: int = 25, seed: int = 0) -> pl.DataFrame:
+    """Stratified audit sample (seed 002 §2.4): per (dataset, model) exactly `per_stratum` predictions of each
+    EM stratum, without replacement, then one seeded shuffle of the whole sample (`position` = display order).
+    Raises ValueError naming the group and stratum when a stratum holds fewer than `per_stratum`."""
+    if per_stratum < 1:
+        raise ValueError(f"per_stratum must be >= 1, got {per_stratum}")
+    if generations.height == 0:
+        raise ValueError("no generations to sample from")
+    g = generations.with_columns(em_strata(generations)).with_row_index("_row")
+    rng = np.random.default_rng(seed)
+    picked: list[np.ndarray] = []
+    short = []
+    for (ds, model, stratum), part in sorted(
+        g.group_by(["dataset", "model", "em_stratum"]), key=lambda kv: tuple(map(str, kv[0]))
+    ):
+        if part.height < per_stratum:
+            short.append(f"{ds}/{model} {stratum}: {part.height} predictions")
+            continue
+        rows = part.sort("case_id")["_row"].to_numpy()
+        picked.append(rng.choice(rows, size=per_stratum, replace=False))
+    present = set(g.select("dataset", "model", "em_stratum").unique().iter_rows())
+    for ds, model in g.select("dataset", "model").unique().iter_rows():
+        short += [f"{ds}/{model} {st}: 0 predictions" for st in EM_STRATA if (ds, model, st) not in present]
+    if short:
+        raise ValueError(f"strata smaller than --per-stratum {per_stratum}: {sorted(set(short))}")
+    order = rng.permutation(np.concatenate(picked))
+    sample = g[order.tolist()]
+    return sample.select(
+        pl.int_range(0, sample.height, dtype=pl.Int64).alias("position"),
+        "dataset",
+        "model",
+        "case_id",
+        "task_question",
+        pl.col("candidate_labels").map_elements(lambda x: json.dumps(list(x)), return_dtype=pl.String),
+        pl.col("reference_labels").map_elements(lambda x: json.dumps(list(x)), return_dtype=pl.String),
+        "multi_label",
+        "answer",
+        "raw_output",
+    )
+
+
+def sample_csv_text(sample: pl.DataFrame) -> str:
+    """The sample as CSV text (UTF-8, header AUDIT_SAMPLE_COLUMNS)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(AUDIT_SAMPLE_COLUMNS)
+    for r in sample.select(AUDIT_SAMPLE_COLUMNS).iter_rows():
+        w.writerow(["" if v is None else ("true" if v is True else "false" if v is False else v) for v in r])
+    return buf.getvalue()
+
+
+def read_audit_sample(path: str | Path) -> pl.DataFrame:
+    """Read exports/audit_sample.csv back (labels decoded from JSON); errors name file, row and column."""
+    path = Path(path)
+    rows = []
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in AUDIT_SAMPLE_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise CorrectnessInputError(path, "header", missing[0], f"missing column (header {reader.fieldnames})")
+        for n, r in enumerate(reader, start=1):
+            try:
+                cands, refs = json.loads(r["candidate_labels"]), json.loads(r["reference_labels"])
+            except json.JSONDecodeError as exc:
+                raise CorrectnessInputError(path, f"row {n}", "candidate_labels", f"not a JSON list: {exc}") from None
+            if not r["position"].isdigit():
+                raise CorrectnessInputError(path, f"row {n}", "position", f"not an integer: {r['position']!r}")
+            rows.append(
+                {
+                    **r,
+                    "position": int(r["position"]),
+                    "candidate_labels": cands,
+                    "reference_labels": refs,
+                    "multi_label": r["multi_label"] == "true",
+                    "answer": r["answer"] or None,
+                }
+            )
+    schema = {
+        "position": pl.Int64,
+        "dataset": pl.String,
+        "model": pl.String,
+        "case_id": pl.String,
+        "task_question": pl.String,
+        "candidate_labels": pl.List(pl.String),
+        "reference_labels": pl.List(pl.String),
+        "multi_label": pl.Boolean,
+        "answer": pl.String,
+        "raw_output": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema).sort("position")
