@@ -198,7 +198,7 @@ def cleaning(
         agreement=agreement,
         ranking_quality=ranking_quality,
         ranking_truth=ranking_vs_truth,
-        speedup=annotation_speedup.drop("dataset").rename({"scope": "dataset"}),
+        speedup=cp.speedup_averages(annotation_speedup),
         impact=cleaning_impact,
         sensitivity=stopping_sensitivity,
         expert_lay=expert_lay_tests,
