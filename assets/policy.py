@@ -14,6 +14,8 @@ import polars as pl
 from resources.warehouse import COLUMN_SCHEMA, table_schema
 
 __all__ = [
+    "BY_DATASET",
+    "BY_MODEL_VERSION",
     "CALIBRATION",
     "CLEANING",
     "CORRECTNESS",
@@ -43,6 +45,14 @@ MODEL_VERSION_COLUMN = "model_version"
 #: One partition per image dataset (added by ``dataset_sensor``).
 DATASETS = dg.DynamicPartitionsDefinition(name="datasets")
 DATASET_COLUMN = "dataset"
+
+#: Decorator overrides for an asset of an unpartitioned stage that is partitioned like a later stage
+#: (``raw/predictions`` by model version, ``raw/images`` by dataset): ``@RAW.asset(**BY_DATASET, ...)``.
+BY_MODEL_VERSION: Mapping[str, Any] = {
+    "partitions_def": MODEL_VERSIONS,
+    "metadata": {"partition_expr": MODEL_VERSION_COLUMN},
+}
+BY_DATASET: Mapping[str, Any] = {"partitions_def": DATASETS, "metadata": {"partition_expr": DATASET_COLUMN}}
 
 _DEFAULT_KINDS = frozenset({"polars", "duckdb"})
 

@@ -29,6 +29,7 @@ __all__ = [
     "COLUMN_SCHEMA",
     "WarehouseIOManager",
     "polars_schema",
+    "table_exists",
     "table_schema",
     "warehouse_io_manager",
     "warehouse_resource",
@@ -79,7 +80,8 @@ def _table(asset_key: dg.AssetKey) -> tuple[str, str, str]:
     return schema, table, f"{_ident(schema)}.{_ident(table)}"
 
 
-def _exists(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
+def table_exists(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
+    """Whether ``schema.table`` exists (names bound as parameters)."""
     query = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
     return bool(con.execute(query, [schema, table]).fetchone()[0])
 
@@ -92,6 +94,16 @@ def _with_partition(obj: pl.DataFrame, column: str, keys: Sequence[str]) -> pl.D
     return obj.select(pl.lit(keys[0], dtype=pl.String).alias(column), pl.all())
 
 
+def _as_declared(asset_key: dg.AssetKey, obj: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """``obj`` in the declared column order; a frame with other columns is an error naming both sets (every
+    partition of a table has one column set, whatever optional inputs its partition had)."""
+    if sorted(obj.columns) != sorted(names):
+        raise ValueError(
+            f"{asset_key.to_user_string()}: the frame has columns {obj.columns}, the asset declares {names}"
+        )
+    return obj.select(names)
+
+
 def _replace(
     con: duckdb.DuckDBPyConnection, asset_key: dg.AssetKey, obj: pl.DataFrame, column: str | None, keys: list[str]
 ) -> None:
@@ -100,7 +112,7 @@ def _replace(
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
     con.register("noisycal_frame", obj.to_arrow())
     try:
-        if column is None or not _exists(con, schema, table):
+        if column is None or not table_exists(con, schema, table):
             con.execute(f"CREATE OR REPLACE TABLE {qualified} AS SELECT * FROM noisycal_frame")
             return
         con.execute(f"DELETE FROM {qualified} WHERE {_ident(column)} IN (SELECT unnest(?))", [keys])
@@ -138,6 +150,9 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             column = str(context.definition_metadata["partition_expr"])
             keys = list(context.asset_partition_keys)
             obj = _with_partition(obj, column, keys)
+        declared = (context.definition_metadata or {}).get(COLUMN_SCHEMA)
+        if isinstance(declared, dg.TableSchema):
+            obj = _as_declared(context.asset_key, obj, [c.name for c in declared.columns])
         with self._connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
@@ -162,7 +177,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
         if column is not None and not keys:
             return empty if empty is not None else pl.DataFrame()
         with self._connect() as con:
-            if not _exists(con, schema, table):
+            if not table_exists(con, schema, table):
                 if empty is not None:
                     return empty
                 raise FileNotFoundError(
