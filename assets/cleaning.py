@@ -25,14 +25,13 @@ from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
 
-SSL_ENCODER = CLEANING.key("ssl_encoder")
-EMBEDDINGS = CLEANING.key("embeddings")
-RANK_IRRELEVANT = CLEANING.key("rank_irrelevant")
-RANK_NEAR_DUPLICATES = CLEANING.key("rank_near_duplicates")
-RANK_LABEL_ERRORS = CLEANING.key("rank_label_errors")
-CONFIRMATION_QUEUE = CLEANING.key("confirmation_queue")
-CONFIRMED_ISSUES = CLEANING.key("confirmed_issues")
-CLEANED_FILE_LIST = CLEANING.key("cleaned_file_list")
+SSL_ENCODER, EMBEDDINGS = (CLEANING.key(n) for n in ("ssl_encoder", "embeddings"))
+RANK_IRRELEVANT, RANK_NEAR_DUPLICATES, RANK_LABEL_ERRORS = (
+    CLEANING.key(n) for n in ("rank_irrelevant", "rank_near_duplicates", "rank_label_errors")
+)
+CONFIRMATION_QUEUE, CONFIRMED_ISSUES, CLEANED_FILE_LIST = (
+    CLEANING.key(n) for n in ("confirmation_queue", "confirmed_issues", "cleaned_file_list")
+)
 
 IMAGES_IN = {"images": dg.AssetIn(IMAGES)}
 RANKINGS_IN = {
@@ -91,13 +90,9 @@ def ssl_encoder(
     description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "
     "non-learned baseline (downsampled pixels + colour histogram), cached by content hash.",
 )
-def embeddings(
-    images: pl.DataFrame, ssl_encoder: pl.DataFrame, inbox: InboxResource, compute: ComputeResource
-) -> dg.Output[pl.DataFrame]:
+def embeddings(images: pl.DataFrame, ssl_encoder: pl.DataFrame, inbox: InboxResource, compute: ComputeResource):
     encoder = ssl_encoder.row(0, named=True)
-    frame, hit = cp.embeddings_table(
-        images, encoder, inbox.layout.cache / "embeddings", device=compute.torch_device()
-    )
+    frame, hit = cp.embeddings_table(images, encoder, inbox.layout.cache / "embeddings", device=compute.torch_device())
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
     return dg.Output(frame, metadata={"images": images.height, **dims, "cache_hit": hit})
 
@@ -124,9 +119,7 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
     description="Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
     "(no N×N matrix), per embedding kind (seed 001 §3.3).",
 )
-def rank_near_duplicates(
-    images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource
-) -> dg.Output[pl.DataFrame]:
+def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> dg.Output:
     frame = cp.near_duplicate_table(images, embeddings, settings.near_duplicate_top_k)
     return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k})
 
@@ -342,9 +335,8 @@ def ranking_vs_truth(
     rank_near_duplicates: pl.DataFrame,
     rank_label_errors: pl.DataFrame,
 ) -> dg.Output[pl.DataFrame]:
-    frame = cp.ranking_truth_tables(
-        context.partition_key, images, rank_irrelevant, rank_near_duplicates, rank_label_errors
-    )
+    ranks = (rank_irrelevant, rank_near_duplicates, rank_label_errors)
+    frame = cp.ranking_truth_tables(context.partition_key, images, *ranks)
     if frame.height == 0:
         return dg.Output(frame, metadata={"note": f"no {cp.TRUTH_FILE} in {images['root'][0]}"})
     md = "\n".join(
