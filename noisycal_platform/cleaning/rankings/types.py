@@ -97,14 +97,16 @@ class Ranking:
     def from_frame(cls, table: pl.DataFrame, n: int | None = None) -> Ranking:
         """The ranking a :meth:`to_frame` table holds (columns ``rank``, ``idx``, ``score``).
 
-        ``n`` (default: the row count) is the number of items; items missing from the table score NaN.
+        ``n`` (default: the row count) is the number of items; the table must rank each of them exactly once.
         """
         t = _need(table, ("rank", "idx", "score"), "ranking")
         order = t["idx"].to_numpy()
         n = t.height if n is None else n
         if order.size and (order.min() < 0 or order.max() >= n):
             raise ValueError(f"ranking table: idx must lie in [0, {n}), got {order.min()}..{order.max()}")
-        scores = np.full(n, np.nan)
+        if order.size != n or np.unique(order).size != n:
+            raise ValueError(f"ranking table: must rank each of the {n} items once, got {order.size} rows")
+        scores = np.empty(n)
         scores[order] = t["score"].to_numpy()
         return cls(order=order, scores=scores)
 
