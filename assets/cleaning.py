@@ -19,7 +19,7 @@ from noisycal_platform.cleaning.expert_lay import DIFF_SCHEMA, TEST_SCHEMA
 from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES, stopping_count
 from noisycal_platform.cleaning.sensitivity import SENSITIVITY_SCHEMA
 from noisycal_platform.confirm_app.queue import write_snapshot
-from noisycal_platform.io import read_cleaning_scores
+from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.compute import ComputeResource
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
@@ -311,7 +311,10 @@ def cleaning_impact(
 ) -> dg.Output[pl.DataFrame]:
     dataset = context.partition_key
     version, path = model_registry.cleaning_scores_file(dataset) or (None, None)
-    scores = read_cleaning_scores(path) if path is not None else None
+    try:
+        scores = read_cleaning_scores(path) if path is not None else None
+    except InputError as exc:  # fail this partition with the file, row and column; other datasets go on
+        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
     frame = cp.cleaning_impact_tables(
         scores, images, cleaned_file_list, dataset=dataset, model_version=version,
         n_boot=settings.n_bootstrap_cleaning, seed=settings.seed,

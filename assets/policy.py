@@ -111,23 +111,18 @@ class Stage:
         """``dg.asset`` with this stage's prefix and shared options; pass only what differs."""
         return dg.asset(key_prefix=self.name, **self.options(**overrides))
 
-    def multi_asset(
-        self, outs: Mapping[str, Mapping[str, pl.DataType] | None], **overrides: Any
-    ) -> Callable:
+    def multi_asset(self, outs: Mapping[str, Mapping[str, pl.DataType] | None], **overrides: Any) -> Callable:
         """``dg.multi_asset`` whose outputs (name -> column schema or None) each get this stage's key prefix,
         kinds, automation condition and metadata; group, pool and partitions are set once."""
         opts = self.options(**overrides)
-        per_out = {k: opts.pop(k) for k in ("kinds", "automation_condition", "metadata") if k in opts}
-        shared_md = per_out.pop("metadata", {})
-        out_defs = {
-            name: dg.AssetOut(
-                key_prefix=self.name,
-                metadata={**shared_md, **({COLUMN_SCHEMA: self.column_schema(schema)} if schema is not None else {})},
-                **per_out,
-            )
-            for name, schema in outs.items()
-        }
-        return dg.multi_asset(outs=out_defs, **opts)
+        shared = {k: opts.pop(k) for k in ("kinds", "automation_condition") if k in opts}
+        metadata = opts.pop("metadata", {})
+
+        def out(schema: Mapping[str, pl.DataType] | None) -> dg.AssetOut:
+            md = metadata if schema is None else {**metadata, COLUMN_SCHEMA: self.column_schema(schema)}
+            return dg.AssetOut(key_prefix=self.name, metadata=md, **shared)
+
+        return dg.multi_asset(outs={name: out(schema) for name, schema in outs.items()}, **opts)
 
     def column_schema(self, schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
         """The stored table's columns: the partition column first (when the frame lacks it), then ``schema``."""
