@@ -41,6 +41,8 @@ RANKINGS_IN = {
     "rank_label_errors": dg.AssetIn(RANK_LABEL_ERRORS),
 }
 ANSWERS_IN = {"confirmations": dg.AssetIn(CONFIRMATIONS), "confirmation_queue": dg.AssetIn(CONFIRMATION_QUEUE)}
+#: For the statistics over the answers alone: the queue is upstream (lineage, automation) but not loaded.
+AFTER_QUEUE = {"ins": {"confirmations": dg.AssetIn(CONFIRMATIONS)}, "deps": [CONFIRMATION_QUEUE]}
 
 
 def _n_stop(settings: SettingsResource) -> int:
@@ -226,17 +228,12 @@ def label_error_prevalence(
 
 
 @CLEANING.asset(
-    ins=ANSWERS_IN,
+    **AFTER_QUEUE,
     schema=AGREEMENT_SCHEMA,
     description="Inter-annotator agreement: Krippendorff's α over all annotators and pairwise Cohen's κ, "
     "95% bootstrap CIs over items, good/questionable/unacceptable bands.",
 )
-def agreement(
-    context: dg.AssetExecutionContext,
-    confirmations: pl.DataFrame,
-    confirmation_queue: pl.DataFrame,
-    settings: SettingsResource,
-) -> pl.DataFrame:
+def agreement(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     answers = _answers(confirmations, context.partition_key)
     return cp.agreement_table(answers, n_boot=settings.n_bootstrap_cleaning, seed=settings.seed)
 
@@ -252,44 +249,33 @@ def ranking_quality(confirmed_issues: pl.DataFrame) -> pl.DataFrame:
 
 
 @CLEANING.asset(
-    ins={**IMAGES_IN, **ANSWERS_IN},
+    ins={**IMAGES_IN, **AFTER_QUEUE["ins"]},
+    deps=AFTER_QUEUE["deps"],
     schema=cp.SPEEDUP_SCHEMA,
     description="Speed-up factor = 1 / fraction of candidates annotated (pairs out of N(N−1)/2), per issue "
     "type; the report adds the micro and macro averages over datasets.",
 )
-def annotation_speedup(
-    context: dg.AssetExecutionContext,
-    images: pl.DataFrame,
-    confirmations: pl.DataFrame,
-    confirmation_queue: pl.DataFrame,
-) -> pl.DataFrame:
+def annotation_speedup(context: dg.AssetExecutionContext, images: pl.DataFrame, confirmations: pl.DataFrame):
     dataset = context.partition_key
     return cp.dataset_speedup(_answers(confirmations, dataset), dataset, images.height, roles=cp.PANEL_ROLES)
 
 
 @CLEANING.asset(
-    ins=ANSWERS_IN,
+    **AFTER_QUEUE,
     schema=SENSITIVITY_SCHEMA,
     description="Stopping-rule sensitivity: issues detected as p_chance and p₊ grow from 0.05 to 1.",
 )
-def stopping_sensitivity(
-    context: dg.AssetExecutionContext, confirmations: pl.DataFrame, confirmation_queue: pl.DataFrame
-) -> pl.DataFrame:
+def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.DataFrame) -> pl.DataFrame:
     return cp.sensitivity_table(_answers(confirmations, context.partition_key), roles=cp.PANEL_ROLES)
 
 
 @CLEANING.multi_asset(
     {"expert_lay_differences": DIFF_SCHEMA, "expert_lay_tests": TEST_SCHEMA},
-    ins=ANSWERS_IN,
+    **AFTER_QUEUE,
     description="Expert vs lay raters: per reference expert κ(expert, expert) − κ(expert, lay), one-sided paired "
     "sign-flip permutation test.",
 )
-def expert_vs_lay(
-    context: dg.AssetExecutionContext,
-    confirmations: pl.DataFrame,
-    confirmation_queue: pl.DataFrame,
-    settings: SettingsResource,
-):
+def expert_vs_lay(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     diffs, tests = cp.expert_lay_table(_answers(confirmations, context.partition_key), seed=settings.seed)
     yield dg.Output(diffs, output_name="expert_lay_differences")
     yield dg.Output(tests, output_name="expert_lay_tests")
