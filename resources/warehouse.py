@@ -147,6 +147,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             raise TypeError(f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}")
         column, keys = None, []
         if context.has_asset_partitions:
+            if "partition_expr" not in (context.definition_metadata or {}):
+                raise ValueError(f"{context.asset_key.to_user_string()}: partitioned, but no partition_expr metadata")
             column = str(context.definition_metadata["partition_expr"])
             keys = list(context.asset_partition_keys)
             obj = _with_partition(obj, column, keys)
