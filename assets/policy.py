@@ -11,7 +11,11 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from resources.warehouse import COLUMN_SCHEMA, table_schema
+
 __all__ = [
+    "BY_DATASET",
+    "BY_MODEL_VERSION",
     "CALIBRATION",
     "CLEANING",
     "CORRECTNESS",
@@ -42,6 +46,14 @@ MODEL_VERSION_COLUMN = "model_version"
 DATASETS = dg.DynamicPartitionsDefinition(name="datasets")
 DATASET_COLUMN = "dataset"
 
+#: Decorator overrides for an asset of an unpartitioned stage that is partitioned like a later stage
+#: (``raw/predictions`` by model version, ``raw/images`` by dataset): ``@RAW.asset(**BY_DATASET, ...)``.
+BY_MODEL_VERSION: Mapping[str, Any] = {
+    "partitions_def": MODEL_VERSIONS,
+    "metadata": {"partition_expr": MODEL_VERSION_COLUMN},
+}
+BY_DATASET: Mapping[str, Any] = {"partitions_def": DATASETS, "metadata": {"partition_expr": DATASET_COLUMN}}
+
 _DEFAULT_KINDS = frozenset({"polars", "duckdb"})
 
 
@@ -63,10 +75,18 @@ class Stage:
         """``<stage>/<name>``: the one way a key of this stage is spelled."""
         return dg.AssetKey([self.name, name])
 
-    def options(self, *, kinds: set[str] | frozenset[str] | None = None, **overrides: Any) -> dict[str, Any]:
-        """Keyword arguments for ``dg.asset`` / ``dg.multi_asset``: the stage's shared ones, then ``overrides``.
+    def options(
+        self,
+        *,
+        kinds: set[str] | frozenset[str] | None = None,
+        schema: Mapping[str, pl.DataType] | None = None,
+        **overrides: Any,
+    ) -> dict[str, Any]:
+        """Keyword arguments for ``dg.asset``: the stage's shared ones, then ``overrides``.
 
-        ``kinds`` are added to the stage's kinds (``{"html"}`` for a report), never replace them.
+        ``kinds`` are added to the stage's kinds (``{"html"}`` for a report), never replace them. ``schema``
+        (polars) is declared as the asset's column schema; the warehouse loads a table that does not exist
+        yet as an empty frame with these columns.
         """
         opts: dict[str, Any] = {
             "group_name": self.name,
@@ -79,7 +99,9 @@ class Stage:
         if self.partitions_def is not None:
             opts["partitions_def"] = self.partitions_def
             opts["metadata"] = {"partition_expr": self.partition_column}
-        metadata = overrides.pop("metadata", None)
+        metadata = dict(overrides.pop("metadata", None) or {})
+        if schema is not None:
+            metadata[COLUMN_SCHEMA] = self.column_schema(schema)
         if metadata:
             opts["metadata"] = {**opts.get("metadata", {}), **metadata}
         opts.update(overrides)
@@ -88,6 +110,25 @@ class Stage:
     def asset(self, **overrides: Any) -> Callable:
         """``dg.asset`` with this stage's prefix and shared options; pass only what differs."""
         return dg.asset(key_prefix=self.name, **self.options(**overrides))
+
+    def multi_asset(self, outs: Mapping[str, Mapping[str, pl.DataType] | None], **overrides: Any) -> Callable:
+        """``dg.multi_asset`` whose outputs (name -> column schema or None) each get this stage's key prefix,
+        kinds, automation condition and metadata; group, pool and partitions are set once."""
+        opts = self.options(**overrides)
+        shared = {k: opts.pop(k) for k in ("kinds", "automation_condition") if k in opts}
+        metadata = opts.pop("metadata", {})
+
+        def out(schema: Mapping[str, pl.DataType] | None) -> dg.AssetOut:
+            md = metadata if schema is None else {**metadata, COLUMN_SCHEMA: self.column_schema(schema)}
+            return dg.AssetOut(key_prefix=self.name, metadata=md, **shared)
+
+        return dg.multi_asset(outs={name: out(schema) for name, schema in outs.items()}, **opts)
+
+    def column_schema(self, schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
+        """The stored table's columns: the partition column first (when the frame lacks it), then ``schema``."""
+        if self.partition_column is not None and self.partition_column not in schema:
+            schema = {self.partition_column: pl.String(), **schema}
+        return table_schema(schema)
 
     def tag(self, frame: pl.DataFrame, partition_key: str) -> pl.DataFrame:
         """``frame`` with the partition column first (set to ``partition_key``); unpartitioned: unchanged."""

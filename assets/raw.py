@@ -9,22 +9,19 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from assets.policy import BY_DATASET, BY_MODEL_VERSION, DATASET_COLUMN, EAGER, MODEL_VERSION_COLUMN, RAW
 from noisycal_platform.correctness import pipeline as correctness_pipeline
 from noisycal_platform.io import InputError, read_predictions, read_reference_labels
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
-STAGE = "raw"
-ANNOTATIONS = dg.AssetKey([STAGE, "annotations"])
-PREDICTIONS = dg.AssetKey([STAGE, "predictions"])
-REFERENCE_LABELS = dg.AssetKey([STAGE, "reference_labels"])
-CONFIRMATIONS = dg.AssetKey([STAGE, "confirmations"])
-GENERATIONS = dg.AssetKey([STAGE, "generations"])
-AUDIT_LABELS = dg.AssetKey([STAGE, "audit_labels"])
-
-
-_COMMON = dict(key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"})
+ANNOTATIONS = RAW.key("annotations")
+PREDICTIONS = RAW.key("predictions")
+REFERENCE_LABELS = RAW.key("reference_labels")
+CONFIRMATIONS = RAW.key("confirmations")
+GENERATIONS = RAW.key("generations")
+AUDIT_LABELS = RAW.key("audit_labels")
+IMAGES = RAW.key("images")
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
@@ -33,8 +30,7 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
     return "\n".join("- " + ", ".join(f"{k}: `{it.get(k)}`" for k in keys if k in it) for it in items)
 
 
-@dg.asset(
-    **_COMMON,
+@RAW.asset(
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
     "invalid batches are quarantined with a reason, never half-ingested.",
 )
@@ -57,10 +53,8 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
     )
 
 
-@dg.asset(
-    **_COMMON,
-    partitions_def=MODEL_VERSIONS,
-    metadata={"partition_expr": MODEL_VERSION_COLUMN},
+@RAW.asset(
+    **BY_MODEL_VERSION,
     description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
 )
 def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
@@ -82,8 +76,7 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
     )
 
 
-@dg.asset(
-    **_COMMON,
+@RAW.asset(
     description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
 )
 def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
@@ -98,8 +91,7 @@ def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     return dg.Output(frame, metadata={"rows": frame.height, "file": str(path)})
 
 
-@dg.asset(
-    **_COMMON,
+@RAW.asset(
     description="Every answer from the confirmation tool (inbox/confirmations/*.jsonl), once per answer_id; "
     "undo records kept (they cancel, never erase).",
 )
@@ -121,13 +113,8 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
     )
 
 
-IMAGES = dg.AssetKey([STAGE, "images"])
-
-
-@dg.asset(
-    **_COMMON,
-    partitions_def=DATASETS,
-    metadata={"partition_expr": DATASET_COLUMN},
+@RAW.asset(
+    **BY_DATASET,
     description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
     "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
 )
@@ -176,8 +163,7 @@ def _fail_on_input_error(fn):
         raise dg.Failure(description=str(exc)) from None
 
 
-@dg.asset(
-    **_COMMON,
+@RAW.asset(
     description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
     "kept and counted as invalid, never dropped.",
 )
@@ -193,8 +179,7 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     )
 
 
-@dg.asset(
-    **_COMMON,
+@RAW.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     automation_condition=EAGER,
     description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "

@@ -232,13 +232,6 @@ CLEANING_INPUTS = {
 }
 
 
-def _speedup_view(speedup: pl.DataFrame) -> pl.DataFrame:
-    """The speed-up table with its scope (dataset or micro/macro average) in the ``dataset`` column."""
-    if "scope" in speedup.columns:
-        return speedup.drop("dataset", strict=False).rename({"scope": "dataset"})
-    return speedup
-
-
 @REPORTS.asset(
     ins={"images": dg.AssetIn(RAW.key("images")), **CLEANING_INPUTS},
     description="HTML cleaning report (reports/cleaning.html): review progress, issue table per dataset and "
@@ -284,7 +277,7 @@ def cleaning(
         agreement=agreement,
         ranking_quality=ranking_quality,
         ranking_truth=ranking_vs_truth,
-        speedup=_speedup_view(annotation_speedup),
+        speedup=cp.speedup_averages(annotation_speedup),
         impact=cleaning_impact,
         sensitivity=stopping_sensitivity,
         expert_lay=expert_lay_tests,

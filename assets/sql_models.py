@@ -17,14 +17,16 @@ from pathlib import Path
 import dagster as dg
 from dagster_duckdb import DuckDBResource
 
-from assets.policy import DUCKDB_POOL, EAGER
+from assets.policy import Stage
 from resources.settings import SettingsResource
+from resources.warehouse import table_exists
 
 __all__ = ["SQL_ROOT", "SqlModel", "build_sql_assets", "parse_sql_model"]
 
 SQL_ROOT = Path(__file__).resolve().parent.parent / "dbt_like_sql"
 _REF = re.compile(r"\b(?:from|join)\s+([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)\b", re.IGNORECASE)
 _HEADER = re.compile(r"^--\s*(stage|param|description)\s*:\s*(.+?)\s*$", re.IGNORECASE)
+SQL_KINDS = frozenset({"duckdb", "sql"})
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,6 @@ def parse_sql_model(path: Path) -> SqlModel:
     return SqlModel(path, schema, path.stem, body.strip().rstrip(";"), params, deps, " ".join(description))
 
 
-def _table_exists(conn, schema: str, table: str) -> bool:
-    query = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
-    return bool(conn.execute(query, [schema, table]).fetchone()[0])
-
-
 def run_sql_model(conn, model: SqlModel) -> int:
     """Replace ``schema.name`` with the model's result in one transaction; returns the row count."""
     conn.execute("BEGIN TRANSACTION")
@@ -92,13 +89,9 @@ def run_sql_model(conn, model: SqlModel) -> int:
 
 
 def _build(model: SqlModel) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=model.key,
-        group_name=model.schema,
+    @Stage(model.schema, kinds=SQL_KINDS).asset(
+        name=model.name,
         deps=[dg.AssetKey(list(d)) for d in model.deps],
-        pool=DUCKDB_POOL,
-        kinds={"duckdb", "sql"},
-        automation_condition=EAGER,
         description=model.description or f"SQL model {model.path.relative_to(SQL_ROOT)}",
         metadata={"sql_file": str(model.path.relative_to(SQL_ROOT)), "params": str(model.params)},
         output_required=False,
@@ -107,7 +100,7 @@ def _build(model: SqlModel) -> dg.AssetsDefinition:
         # parameters the platform settings also define come from there (one bin count for SQL and library)
         bound = replace(model, params={k: getattr(settings, k, v) for k, v in model.params.items()})
         with warehouse.get_connection() as conn:
-            missing = [f"{s}.{t}" for s, t in model.deps if not _table_exists(conn, s, t)]
+            missing = [f"{s}.{t}" for s, t in model.deps if not table_exists(conn, s, t)]
             if missing:  # e.g. no model version registered yet: nothing to compute, not an error
                 context.log.info(f"{model.schema}.{model.name} skipped: upstream table(s) {missing} do not exist yet")
                 return

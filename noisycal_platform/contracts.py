@@ -137,3 +137,17 @@ def validate_frame(frame, contract: TableContract) -> dict:
                 }
             )
     return {"success": bool(result.success), "failed": failed, "evaluated": len(result.results)}
+
+
+# ------------------------------------------------------------------------------------------ cleaning scores
+#: A model's scores on an image dataset, for the cleaning-impact analysis (seed 001 §4.3):
+#: ``models/<version>/cleaning/<dataset>.csv``, one row per image (``file_name`` as in the dataset).
+CLEANING_SCORES = TableContract(
+    name="cleaning_scores",
+    columns=(
+        ColumnSpec("file_name", "id", description="the image, as named in the dataset"),
+        ColumnSpec("score", "unit_float", description="the model's probability of the positive class"),
+        ColumnSpec("target", "binary", description="the image's class for this model, 0 or 1"),
+    ),
+    unique_key=("file_name",),
+)

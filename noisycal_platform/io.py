@@ -227,3 +227,13 @@ def read_reference_labels(path: str | Path) -> pl.DataFrame:
     """Clean reference labels -> ``item_id`` (str), ``label`` (Int8 0/1). Contract: ``REFERENCE_LABELS``."""
     path = Path(path)
     return _validate(path, read_table(path), REFERENCE_LABELS).select("item_id", "label")
+
+
+# ------------------------------------------------------------------------------------------ cleaning scores
+def read_cleaning_scores(path: str | Path) -> pl.DataFrame:
+    """Cleaning-impact scores -> ``file_name`` (str), ``score`` (Float64 in [0, 1]), ``target`` (Int8 0/1).
+    Contract: :data:`noisycal_platform.contracts.CLEANING_SCORES`."""
+    from noisycal_platform.contracts import CLEANING_SCORES
+
+    path = Path(path)
+    return _validate(path, read_table(path), CLEANING_SCORES).select("file_name", "score", "target")

@@ -1,113 +1,198 @@
 """The DuckDB warehouse: one file, one schema per stage; polars frames in and out.
 
-``WarehouseIOManager`` is dagster-duckdb-polars with two fixes that the platform's contracts need:
-- **never half-written**: deleting the old slice and writing the new rows happen in one DuckDB transaction
-  (the stock manager deletes, then inserts, in autocommit mode);
-- **empty results are tables too**: the stock handler skips empty frames, so an asset that legitimately has
-  no rows yet (e.g. no confirmations) left no table and every downstream load failed.
+``WarehouseIOManager`` is a public ``dagster.ConfigurableIOManager`` that owns each write's transaction:
+- **never half-written**: the old slice is deleted and the new rows are written in one DuckDB transaction,
+  opened, committed (or rolled back) in :meth:`WarehouseIOManager.handle_output`;
+- **empty results are tables too**: an asset that legitimately has no rows yet still leaves its table;
+- **partition column**: a partitioned asset's frame gets the partition column (``partition_expr`` metadata) set
+  to the partition key when it lacks it;
+- **declared schema**: an upstream table that does not exist yet loads as an empty frame with the columns the
+  asset declares (``dagster/column_schema`` definition metadata, see :func:`table_schema`), so no downstream
+  body probes columns. Without a declared schema a missing table is an error naming it.
 An unpartitioned asset replaces its table (so a changed column set replaces the old one); a partitioned asset
-replaces its slice and inserts by column name.
+replaces its slice and inserts by column name. Partition keys and values are bound as ``?`` parameters, never
+spliced into the SQL text; only identifiers that the code defines (stage, asset name, partition column) are.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import dagster as dg
+import duckdb
 import polars as pl
-from dagster import InputContext, MetadataValue, OutputContext, TableColumn, TableSchema
-from dagster._core.storage.db_io_manager import DbIOManager, TableSlice
 from dagster_duckdb import DuckDBResource
-from dagster_duckdb.io_manager import DuckDbClient, _get_cleanup_statement
-from dagster_duckdb_polars import DuckDBPolarsIOManager, DuckDBPolarsTypeHandler
 
-__all__ = ["WarehouseIOManager", "warehouse_io_manager", "warehouse_resource"]
+__all__ = [
+    "COLUMN_SCHEMA",
+    "WarehouseIOManager",
+    "polars_schema",
+    "table_exists",
+    "table_schema",
+    "warehouse_io_manager",
+    "warehouse_resource",
+]
 
-
-def _table_exists(connection, table_slice: TableSlice) -> bool:
-    row = connection.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
-        [table_slice.schema, table_slice.table],
-    ).fetchone()
-    return bool(row and row[0])
-
-
-def _qualified(table_slice: TableSlice) -> str:
-    return f'"{table_slice.schema}"."{table_slice.table}"'
-
-
-class _TransactionalClient(DuckDbClient):
-    """Opens the transaction that ``_AtomicPolarsHandler.handle_output`` commits (DbIOManager calls
-    ``delete_table_slice`` and then the handler on the same connection)."""
-
-    @staticmethod
-    def delete_table_slice(context: OutputContext, table_slice: TableSlice, connection) -> None:
-        connection.execute("BEGIN TRANSACTION")
-        if _table_exists(connection, table_slice):
-            connection.execute(_get_cleanup_statement(table_slice))
+#: Dagster's standard definition-metadata key for an asset's column schema (shown in the UI's Columns tab).
+COLUMN_SCHEMA = "dagster/column_schema"
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_WRAPPED = re.compile(r"^(List|Array)\((.+)\)$")
+_DATETIME = re.compile(r"^Datetime\(time_unit='(ns|us|ms)', time_zone=(None|'[^']*')\)$")
 
 
-class _AtomicPolarsHandler(DuckDBPolarsTypeHandler):
-    def handle_output(self, context: OutputContext, table_slice: TableSlice, obj: pl.DataFrame, connection):
-        table = _qualified(table_slice)
-        try:
-            connection.register("noisycal_frame", obj.to_arrow())
-            if not _table_exists(connection, table_slice) or not table_slice.partition_dimensions:
-                connection.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM noisycal_frame")
-            else:
-                existing = [r[0] for r in connection.execute(f"DESCRIBE {table}").fetchall()]
-                if existing != obj.columns:
-                    remaining = connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                    if remaining:
-                        raise ValueError(
-                            f"{table_slice.schema}.{table_slice.table}: the asset now returns columns {obj.columns} "
-                            f"but the table holds other partitions with columns {existing}; rematerialise every "
-                            "partition (or drop the table) after changing an asset's columns"
-                        )
-                    connection.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM noisycal_frame")
-                else:
-                    connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM noisycal_frame")
-            connection.execute("COMMIT")
-        except BaseException:
-            connection.execute("ROLLBACK")
-            raise
-        finally:
-            connection.unregister("noisycal_frame")
-        return {
-            "row_count": obj.height,
-            "dataframe_columns": MetadataValue.table_schema(
-                TableSchema(
-                    columns=[TableColumn(name=n, type=str(t)) for n, t in zip(obj.columns, obj.dtypes, strict=True)]
-                )
-            ),
-        }
+def table_schema(schema: Mapping[str, pl.DataType | type[pl.DataType]]) -> dg.TableSchema:
+    """A polars schema as Dagster's ``TableSchema`` (column types spelled as polars prints them)."""
+    return dg.TableSchema(columns=[dg.TableColumn(name=n, type=str(t)) for n, t in schema.items()])
 
-    def load_input(self, context: InputContext, table_slice: TableSlice, connection) -> pl.DataFrame:
-        if table_slice.partition_dimensions and len(context.asset_partition_keys) == 0:
-            return pl.DataFrame()
-        if not _table_exists(connection, table_slice):
-            raise FileNotFoundError(
-                f"warehouse table {table_slice.schema}.{table_slice.table} does not exist yet: materialise "
-                f"{table_slice.schema}/{table_slice.table} first"
+
+def _dtype(name: str) -> pl.DataType:
+    wrapped = _WRAPPED.match(name)
+    if wrapped and wrapped.group(1) == "List":
+        return pl.List(_dtype(wrapped.group(2)))
+    stamp = _DATETIME.match(name)
+    if stamp:
+        zone = None if stamp.group(2) == "None" else stamp.group(2).strip("'")
+        return pl.Datetime(stamp.group(1), zone)
+    found = getattr(pl, name, None) if _IDENT.match(name) else None
+    if isinstance(found, type) and issubclass(found, pl.DataType):
+        return found()
+    raise ValueError(f"column type {name!r} is not a polars type this warehouse stores")
+
+
+def polars_schema(schema: dg.TableSchema) -> dict[str, pl.DataType]:
+    """Inverse of :func:`table_schema`."""
+    return {c.name: _dtype(c.type) for c in schema.columns}
+
+
+def _ident(name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"warehouse identifier {name!r}: letters, digits and _ only")
+    return f'"{name}"'
+
+
+def _table(asset_key: dg.AssetKey) -> tuple[str, str, str]:
+    """(schema, table, quoted "schema"."table") of an asset key ``<stage>/<name>``."""
+    if len(asset_key.path) < 2:
+        raise ValueError(f"asset {asset_key.to_user_string()}: a warehouse key is <stage>/<name>")
+    schema, table = asset_key.path[-2], asset_key.path[-1]
+    return schema, table, f"{_ident(schema)}.{_ident(table)}"
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, schema: str, table: str) -> bool:
+    """Whether ``schema.table`` exists (names bound as parameters)."""
+    query = "SELECT count(*) FROM information_schema.tables WHERE table_schema = ? AND table_name = ?"
+    return bool(con.execute(query, [schema, table]).fetchone()[0])
+
+
+def _with_partition(obj: pl.DataFrame, column: str, keys: Sequence[str]) -> pl.DataFrame:
+    if column in obj.columns:
+        return obj
+    if len(keys) != 1:
+        raise ValueError(f"the frame has no {column!r} column to tell its {len(keys)} partitions apart")
+    return obj.select(pl.lit(keys[0], dtype=pl.String).alias(column), pl.all())
+
+
+def _as_declared(asset_key: dg.AssetKey, obj: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """``obj`` in the declared column order; a frame with other columns is an error naming both sets (every
+    partition of a table has one column set, whatever optional inputs its partition had)."""
+    if sorted(obj.columns) != sorted(names):
+        raise ValueError(
+            f"{asset_key.to_user_string()}: the frame has columns {obj.columns}, the asset declares {names}"
+        )
+    return obj.select(names)
+
+
+def _replace(
+    con: duckdb.DuckDBPyConnection, asset_key: dg.AssetKey, obj: pl.DataFrame, column: str | None, keys: list[str]
+) -> None:
+    """Replace the table (unpartitioned) or the ``keys`` slice of ``column`` with ``obj``; caller commits."""
+    schema, table, qualified = _table(asset_key)
+    con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
+    con.register("noisycal_frame", obj.to_arrow())
+    try:
+        if column is None or not table_exists(con, schema, table):
+            con.execute(f"CREATE OR REPLACE TABLE {qualified} AS SELECT * FROM noisycal_frame")
+            return
+        con.execute(f"DELETE FROM {qualified} WHERE {_ident(column)} IN (SELECT unnest(?))", [keys])
+        existing = [r[0] for r in con.execute(f"DESCRIBE {qualified}").fetchall()]
+        if existing == obj.columns:
+            con.execute(f"INSERT INTO {qualified} BY NAME SELECT * FROM noisycal_frame")
+            return
+        if con.execute(f"SELECT count(*) FROM {qualified}").fetchone()[0]:
+            raise ValueError(
+                f"{schema}.{table}: the asset now returns columns {obj.columns} but the table holds other "
+                f"partitions with columns {existing}; rematerialise every partition (or drop the table) after "
+                "changing an asset's columns"
             )
-        return connection.sql(DuckDbClient.get_select_statement(table_slice)).pl()
+        con.execute(f"CREATE OR REPLACE TABLE {qualified} AS SELECT * FROM noisycal_frame")
+    finally:
+        con.unregister("noisycal_frame")
 
 
-class WarehouseIOManager(DuckDBPolarsIOManager):
+class WarehouseIOManager(dg.ConfigurableIOManager):
     """DuckDB + polars IO manager with transactional slice replacement (see module docstring)."""
 
-    def create_io_manager(self, context) -> DbIOManager:
-        return DbIOManager(
-            db_client=_TransactionalClient(),
-            database=self.database,
-            schema=self.schema_,
-            type_handlers=[_AtomicPolarsHandler()],
-            default_load_type=pl.DataFrame,
-            io_manager_name="DuckDBIOManager",
+    database: str
+
+    def _connect(self):
+        """A connection that retries while another process holds DuckDB's file lock (``DuckDBResource``)."""
+        return DuckDBResource(database=self.database).get_connection()
+
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        if obj is None:
+            return
+        if not isinstance(obj, pl.DataFrame):
+            raise TypeError(f"{context.asset_key.to_user_string()}: expected a polars DataFrame, got {type(obj)}")
+        column, keys = None, []
+        if context.has_asset_partitions:
+            if "partition_expr" not in (context.definition_metadata or {}):
+                raise ValueError(f"{context.asset_key.to_user_string()}: partitioned, but no partition_expr metadata")
+            column = str(context.definition_metadata["partition_expr"])
+            keys = list(context.asset_partition_keys)
+            obj = _with_partition(obj, column, keys)
+        declared = (context.definition_metadata or {}).get(COLUMN_SCHEMA)
+        if isinstance(declared, dg.TableSchema):
+            obj = _as_declared(context.asset_key, obj, [c.name for c in declared.columns])
+        with self._connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                _replace(con, context.asset_key, obj, column, keys)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        context.add_output_metadata(
+            {"row_count": obj.height, "dataframe_columns": dg.MetadataValue.table_schema(table_schema(obj.schema))}
         )
+
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        upstream = context.upstream_output
+        asset_key = context.asset_key
+        metadata = (upstream.definition_metadata if upstream is not None else None) or {}
+        declared = metadata.get(COLUMN_SCHEMA)
+        empty = pl.DataFrame(schema=polars_schema(declared)) if isinstance(declared, dg.TableSchema) else None
+        schema, table, qualified = _table(asset_key)
+        column = metadata.get("partition_expr") if context.has_asset_partitions else None
+        keys = list(context.asset_partition_keys) if column is not None else []
+        if column is not None and not keys:
+            return empty if empty is not None else pl.DataFrame()
+        with self._connect() as con:
+            if not table_exists(con, schema, table):
+                if empty is not None:
+                    return empty
+                raise FileNotFoundError(
+                    f"warehouse table {schema}.{table} does not exist yet: materialise {schema}/{table} first"
+                )
+            if column is None:
+                return con.execute(f"SELECT * FROM {qualified}").pl()
+            query = f"SELECT * FROM {qualified} WHERE {_ident(str(column))} IN (SELECT unnest(?))"
+            return con.execute(query, [keys]).pl()
 
 
 def warehouse_io_manager(database: Path) -> WarehouseIOManager:
-    """IO manager for every warehouse asset. No ``schema=``: the asset key prefix (the stage) names the schema."""
+    """IO manager for every warehouse asset. The asset key prefix (the stage) names the schema."""
     return WarehouseIOManager(database=str(database))
 
 

@@ -117,3 +117,24 @@ def test_quality_monitor_schedule_requests_a_run(tmp_path):
     assert schedule.cron_schedule == "0 6 * * *"
     result = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=None))
     assert len(result.run_requests) == 1
+
+
+def test_the_shell_uses_only_public_dagster_modules():
+    """assets/, resources/ and definitions.py import no private module (``dagster._core`` & co.), so a Dagster
+    upgrade cannot break them silently through an internal API."""
+    import ast
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    files = [*(repo / "assets").rglob("*.py"), *(repo / "resources").rglob("*.py"), repo / "definitions.py"]
+    private = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            parts = [n.split(".") for n in names]
+            bad = [".".join(p) for p in parts if p[0].startswith("dagster") and any(q.startswith("_") for q in p[1:])]
+            if bad:
+                private.setdefault(str(path.relative_to(repo)), []).extend(bad)
+    assert private == {}

@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageEnhance
 
+from noisycal_platform.cleaning.ranking_quality import TRUTH_FILE
+
 SIZE = 32
-TRUTH_FILE = "truth.json"
 
 
 @dataclass(frozen=True)

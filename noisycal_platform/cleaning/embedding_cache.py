@@ -3,19 +3,40 @@
 Files are float32 N×D ``.npy`` written atomically (temp file in the same folder + ``os.replace``), read
 with ``allow_pickle=False``. A file that does not load as a 2-D float32 array is treated as a miss and
 rewritten.
+
+The trained encoder is cached the same way: :func:`train_or_reuse_encoder` keeps one index entry per
+(dataset content hash, encoder config hash) under ``<artifacts>/index/`` pointing at the content-addressed
+weights ``<artifacts>/<sha256>.pt``, and trains only when that entry or its weights are missing.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from noisycal_platform.io import atomic_write_bytes
+from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from noisycal_platform.cleaning.encoder import EncoderConfig
+
+__all__ = [
+    "EncoderArtifact",
+    "cache_path",
+    "cached_embeddings",
+    "encoder_index_path",
+    "load_cached",
+    "save_embeddings",
+    "train_or_reuse_encoder",
+]
 
 _HEX = re.compile(r"^[0-9a-zA-Z_.-]{1,128}$")
 
@@ -70,3 +91,70 @@ def cached_embeddings(cache_dir: str | os.PathLike[str], dataset_hash: str, conf
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     save_embeddings(cache_path(cache_dir, dataset_hash, config_hash), emb)
     return emb, False
+
+
+@dataclass(frozen=True)
+class EncoderArtifact:
+    """Where the trained weights are (``file`` under the artifacts folder, its ``sha256``), how long training
+    took, and whether this call reused an earlier training (``reused``; not stored in the index)."""
+
+    sha256: str
+    file: str
+    train_seconds: float
+    images_per_second: float
+    reused: bool = False
+
+
+def encoder_index_path(artifacts: str | os.PathLike[str], dataset_hash: str, config_hash: str) -> Path:
+    """``<artifacts>/index/encoder-<dataset_hash[:16]>-<config_hash[:16]>.json``."""
+    cache_path(artifacts, dataset_hash, config_hash)  # validates both keys as simple tokens
+    return Path(artifacts) / "index" / f"encoder-{dataset_hash[:16]}-{config_hash[:16]}.json"
+
+
+def _read_index(index: Path, artifacts: Path) -> EncoderArtifact | None:
+    try:
+        entry = json.loads(index.read_text(encoding="utf-8"))
+        found = EncoderArtifact(
+            sha256=str(entry["sha256"]),
+            file=str(entry["file"]),
+            train_seconds=float(entry["train_seconds"]),
+            images_per_second=float(entry["images_per_second"]),
+            reused=True,
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return found if (artifacts / found.file).is_file() else None
+
+
+def train_or_reuse_encoder(
+    image_paths: Sequence[str],
+    dataset_hash: str,
+    config: EncoderConfig,
+    artifacts: str | os.PathLike[str],
+) -> EncoderArtifact:
+    """The dataset's encoder: the indexed weights when (dataset_hash, config.config_hash) was trained before and
+    its file exists, else DINO trained from random initialisation (seed 001 §3.6) on ``image_paths`` (in
+    embedding-row order), stored content-addressed and indexed. ``images_per_second`` = N·epochs / seconds.
+    """
+    from noisycal_platform.cleaning.encoder import save_encoder, train_encoder
+    from noisycal_platform.cleaning.images import load_images
+
+    artifacts = Path(artifacts)
+    index = encoder_index_path(artifacts, dataset_hash, config.config_hash)
+    found = _read_index(index, artifacts) if index.is_file() else None
+    if found is not None:
+        return found
+    pixels = load_images(list(image_paths), config.image_size)
+    start = time.perf_counter()
+    encoder = train_encoder(pixels, config)
+    seconds = time.perf_counter() - start
+    sha, path = save_encoder(encoder, artifacts)
+    trained = EncoderArtifact(
+        sha256=sha,
+        file=path.name,
+        train_seconds=round(seconds, 3),
+        images_per_second=round(len(pixels) * config.epochs / max(seconds, 1e-9), 2),
+    )
+    entry = {k: v for k, v in asdict(trained).items() if k != "reused"}
+    atomic_write_text(index, json.dumps(entry, sort_keys=True))
+    return trained

@@ -1,20 +1,28 @@
-"""Pure functions behind the cleaning assets (issue 3 §2): frames in, frames out, no Dagster.
+"""Pure functions behind the cleaning assets (seed 001 §3, the SelfClean protocol): frames in, frames out, no
+Dagster. One function per asset, so an asset body reads, calls one function here and returns.
 
-Asset -> function: ``cleaning/confirmation_queue`` -> :func:`confirmation_queue`;
+Asset -> function: ``cleaning/ssl_encoder`` -> :func:`ssl_encoder_table`; ``cleaning/embeddings`` ->
+:func:`embeddings_table`; ``cleaning/rank_*`` -> :func:`irrelevant_table`, :func:`near_duplicate_table`,
+:func:`label_error_table`; ``cleaning/confirmation_queue`` -> :func:`queue_from_tables`
+(:func:`confirmation_queue` on rankings);
 ``raw/confirmations`` -> :func:`answers_from_records` (from ``protocol``);
 ``cleaning/confirmed_issues`` -> :func:`confirmed_issues`;
-``cleaning/cleaned_file_list`` -> :func:`cleaned_file_list`; ``cleaning/label_error_prevalence`` ->
+``cleaning/cleaned_file_list`` -> :func:`cleaned_file_lists`; ``cleaning/label_error_prevalence`` ->
 :func:`label_error_prevalence`; ``cleaning/agreement`` -> :func:`agreement_table`;
-``cleaning/ranking_quality`` -> :func:`ranking_quality_table` (+ :func:`ranking_truth_table`,
-:func:`speedup`); ``cleaning/cleaning_impact`` -> :func:`cleaning_impact_table`; ``reports/cleaning`` ->
+``cleaning/ranking_quality`` -> :func:`ranking_quality_table`; ``cleaning/ranking_vs_truth`` ->
+:func:`ranking_truth_tables`; ``cleaning/annotation_speedup`` -> :func:`dataset_speedup`;
+``cleaning/cleaning_impact`` -> :func:`cleaning_impact_tables`; ``reports/cleaning`` ->
 :func:`render_cleaning_report`. Protocol definitions (effective answer, panel, unanimous, majority) are in
 :mod:`noisycal_platform.cleaning.protocol`.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -36,44 +44,79 @@ from noisycal_platform.cleaning.protocol import (
 from noisycal_platform.cleaning.ranking_quality import (
     QUALITY_SCHEMA,
     SPEEDUP_SCHEMA,
+    TRUTH_FILE,
     TRUTH_SCHEMA,
     ranking_quality_by_annotator,
     ranking_quality_vs_answers,
     ranking_truth_table,
+    read_truth,
+    speedup_averages,
     speedup_table,
 )
+from noisycal_platform.cleaning.rankings.types import PAIR_RANKING_SCHEMA, RANKING_SCHEMA, PairRanking, Ranking
 from noisycal_platform.cleaning.report import render_cleaning_report
 from noisycal_platform.cleaning.sensitivity import stopping_sensitivity
 
-if TYPE_CHECKING:  # attribute access only (.order, .pairs); no runtime import needed
-    from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
+if TYPE_CHECKING:  # pragma: no cover
+    from noisycal_platform.cleaning.embedding_cache import EncoderArtifact
+    from noisycal_platform.cleaning.encoder import EncoderConfig
 
 __all__ = [
     "ANSWER_SCHEMA",
+    "CLEANED_LIST_SCHEMA",
+    "CLEANING_IMPACT_SCHEMA",
     "CONFIRMED_SCHEMA",
+    "EMBEDDINGS_SCHEMA",
+    "EMBEDDING_KINDS",
+    "ENCODER_SCHEMA",
     "ISSUE_TABLE_SCHEMA",
+    "PAIR_RANKING_SCHEMA",
+    "PANEL_ROLES",
     "PREVALENCE_SCHEMA",
     "QUALITY_SCHEMA",
     "QUEUE_SCHEMA",
+    "RANKING_SCHEMA",
     "SPEEDUP_SCHEMA",
+    "TRUTH_FILE",
     "TRUTH_SCHEMA",
     "agreement_table",
     "annotator_ranking_quality",
     "answers_from_records",
     "cleaned_file_list",
+    "cleaned_file_lists",
     "cleaning_impact_table",
+    "cleaning_impact_tables",
     "confirmation_queue",
     "confirmed_issues",
+    "dataset_speedup",
+    "embedding_matrix",
+    "embeddings_table",
+    "encoder_config",
     "expert_lay_table",
+    "image_files",
+    "irrelevant_table",
     "issue_table",
     "label_error_prevalence",
+    "label_error_table",
+    "near_duplicate_table",
+    "queue_from_tables",
     "ranking_quality_table",
     "ranking_truth_table",
+    "ranking_truth_tables",
+    "read_truth",
     "removed_files",
     "render_cleaning_report",
     "sensitivity_table",
     "speedup",
+    "speedup_averages",
+    "ssl_encoder_table",
+    "write_cleaned_file_lists",
 ]
+
+#: Rankings are computed for the DINO embedding and for the non-learned baseline; the queue uses DINO only.
+EMBEDDING_KINDS = ("dino", "baseline")
+#: The confirming panel; lay raters enter agreement and expert-vs-lay only (seed 001 §4.5).
+PANEL_ROLES = ("expert",)
 
 QUEUE_SCHEMA: dict[str, pl.DataType] = {
     "dataset": pl.String(),
@@ -109,6 +152,32 @@ ISSUE_TABLE_SCHEMA: dict[str, pl.DataType] = {
     "issue_type": pl.String(),
     "n_issues": pl.Int64(),  # pairs for near_duplicate
     "percent": pl.Float64(),  # 100 · n_issues / size (as in seed 001 Table 1)
+}
+ENCODER_SCHEMA: dict[str, pl.DataType] = {
+    "dataset_hash": pl.String(),
+    "config_hash": pl.String(),
+    "preset": pl.String(),
+    "config_json": pl.String(),
+    "sha256": pl.String(),
+    "artifact": pl.String(),
+    "n_images": pl.Int64(),
+    "train_seconds": pl.Float64(),
+    "images_per_second": pl.Float64(),
+    "reused": pl.Boolean(),
+}
+EMBEDDINGS_SCHEMA: dict[str, pl.DataType] = {
+    "idx": pl.Int64(),
+    "file_name": pl.String(),
+    "label": pl.String(),
+    "embedding_kind": pl.String(),
+    "vector": pl.List(pl.Float32()),
+}
+CLEANED_LIST_SCHEMA: dict[str, pl.DataType] = {"file_name": pl.String(), "rule": pl.String()}
+CLEANING_IMPACT_SCHEMA: dict[str, pl.DataType] = {
+    "dataset": pl.String(),
+    "model_version": pl.String(),
+    "rule": pl.String(),
+    **IMPACT_SCHEMA,
 }
 
 
@@ -409,7 +478,7 @@ def cleaning_impact_table(
         pl.lit(model_version).alias("model_version"),
         pl.lit(rule).alias("rule"),
         *IMPACT_SCHEMA,
-    )
+    ).cast(CLEANING_IMPACT_SCHEMA)
 
 
 def sensitivity_table(answers: pl.DataFrame, *, roles: Sequence[str] | None = ("expert",)) -> pl.DataFrame:
@@ -423,3 +492,239 @@ def expert_lay_table(
     """(differences κ(ref, expert) − κ(ref, lay), sign-flip tests) — see ``expert_lay``."""
     diffs = expert_lay_differences(effective_answers(answers))
     return diffs, expert_lay_tests(diffs, n_perm=n_perm, seed=seed, by_reference=by_reference)
+
+
+# ------------------------------------------------------------------------------------- asset facades
+def image_files(images: pl.DataFrame) -> pl.DataFrame:
+    """``file_name``, ``label`` of the ``raw/images`` table in embedding-row order (``idx``)."""
+    return images.sort("idx").select("file_name", pl.col("label").cast(pl.String))
+
+
+def encoder_config(
+    preset: str, overrides: Mapping[str, Any], *, device: str, seed: int
+) -> EncoderConfig:
+    """The named preset with ``device``, ``seed`` and the settings' overrides (each cast to the preset's type)."""
+    from noisycal_platform.cleaning.encoder import PRESETS
+
+    if preset not in PRESETS:
+        raise ValueError(f"encoder_preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    base = PRESETS[preset]
+    cast = {k: type(getattr(base, k))(v) for k, v in overrides.items()}
+    return base.replace(**{"device": device, "seed": seed, **cast})
+
+
+def ssl_encoder_table(
+    images: pl.DataFrame, config: EncoderConfig, *, preset: str, artifacts: str | os.PathLike[str]
+) -> pl.DataFrame:
+    """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
+    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6)."""
+    from noisycal_platform.cleaning.embedding_cache import train_or_reuse_encoder
+
+    dataset_hash = str(images["dataset_hash"][0])
+    found: EncoderArtifact = train_or_reuse_encoder(
+        images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts
+    )
+    row = {
+        "dataset_hash": dataset_hash,
+        "config_hash": config.config_hash,
+        "preset": preset,
+        "config_json": json.dumps(config.to_dict(), sort_keys=True),
+        "sha256": found.sha256,
+        "artifact": str(Path(artifacts) / found.file),
+        "n_images": images.height,
+        "train_seconds": float(found.train_seconds),
+        "images_per_second": float(found.images_per_second),
+        "reused": found.reused,
+    }
+    return pl.DataFrame([row], schema=ENCODER_SCHEMA)
+
+
+def embeddings_table(
+    images: pl.DataFrame, encoder: Mapping[str, Any], cache_dir: str | os.PathLike[str], *, device: str
+) -> tuple[pl.DataFrame, bool]:
+    """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
+    the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash."""
+    from noisycal_platform.cleaning.baseline import baseline_embedding
+    from noisycal_platform.cleaning.embedding_cache import cached_embeddings
+    from noisycal_platform.cleaning.encoder import EncoderConfig, embed, load_encoder
+    from noisycal_platform.cleaning.images import load_images
+
+    config = EncoderConfig.from_dict(json.loads(encoder["config_json"]))
+    ordered = images.sort("idx")
+    pixels: list[np.ndarray] = []
+
+    def pixels_once() -> np.ndarray:
+        if not pixels:
+            pixels.append(load_images(ordered["path"].to_list(), config.image_size))
+        return pixels[0]
+
+    def dino() -> np.ndarray:
+        model = load_encoder(encoder["artifact"], expected_sha256=encoder["sha256"], device=device)
+        return embed(model, pixels_once())
+
+    dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
+    emb, hit = cached_embeddings(cache_dir, dataset_hash, f"dino-{encoder['sha256'][:32]}", dino, n_rows=n)
+    base, _ = cached_embeddings(cache_dir, dataset_hash, "baseline-v1", lambda: baseline_embedding(pixels_once()),
+                                n_rows=n)
+    files = ordered.select("idx", "file_name", pl.col("label").cast(pl.String))
+    parts = [
+        files.with_columns(
+            pl.lit(kind).alias("embedding_kind"),
+            pl.Series("vector", np.ascontiguousarray(matrix, np.float32)).cast(pl.List(pl.Float32)),
+        )
+        for kind, matrix in zip(EMBEDDING_KINDS, (emb, base), strict=True)
+    ]
+    return pl.concat(parts).cast(EMBEDDINGS_SCHEMA), hit
+
+
+def embedding_matrix(embeddings: pl.DataFrame, kind: str) -> np.ndarray:
+    """The ``kind`` vectors of an ``EMBEDDINGS_SCHEMA`` table as a float32 N×D array in ``idx`` order."""
+    sub = embeddings.filter(pl.col("embedding_kind") == kind).sort("idx")
+    if sub.height == 0:
+        raise ValueError(f"embeddings: no rows of embedding_kind {kind!r}")
+    # vectorised List -> fixed-width Array -> 2-D array (no Python loop over images)
+    width = int(sub["vector"].list.len()[0])
+    return np.ascontiguousarray(sub["vector"].list.to_array(width).to_numpy(), np.float32)
+
+
+def irrelevant_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
+    """``RANKING_SCHEMA`` per embedding kind: single-linkage dendrogram walk (seed 001 §3.3)."""
+    from noisycal_platform.cleaning.rankings import rank_irrelevant
+
+    files = image_files(images)
+    return pl.concat([rank_irrelevant(embedding_matrix(embeddings, k)).to_frame(files, k) for k in EMBEDDING_KINDS])
+
+
+def near_duplicate_table(images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int) -> pl.DataFrame:
+    """``PAIR_RANKING_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (seed 001 §3.3)."""
+    from noisycal_platform.cleaning.rankings import rank_near_duplicates
+
+    files = image_files(images)
+    return pl.concat(
+        [rank_near_duplicates(embedding_matrix(embeddings, k), top_k).to_frame(files, k) for k in EMBEDDING_KINDS]
+    )
+
+
+def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
+    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (seed 001 §3.3)."""
+    from noisycal_platform.cleaning.rankings import rank_label_errors
+
+    files = image_files(images)
+    labels = files["label"].to_numpy()
+    return pl.concat(
+        [rank_label_errors(embedding_matrix(embeddings, k), labels).to_frame(files, k) for k in EMBEDDING_KINDS]
+    )
+
+
+def _kind(table: pl.DataFrame, kind: str) -> pl.DataFrame:
+    return table.filter(pl.col("embedding_kind") == kind)
+
+
+def queue_from_tables(
+    dataset: str,
+    images: pl.DataFrame,
+    irrelevant: pl.DataFrame,
+    near_dups: pl.DataFrame,
+    label_errors: pl.DataFrame,
+    *,
+    max_per_type: int | None = None,
+) -> pl.DataFrame:
+    """:func:`confirmation_queue` of the stored DINO rankings (``RANKING_SCHEMA`` / ``PAIR_RANKING_SCHEMA``)."""
+    files = image_files(images)
+    return confirmation_queue(
+        dataset,
+        Ranking.from_frame(_kind(irrelevant, "dino"), files.height),
+        PairRanking.from_frame(_kind(near_dups, "dino")),
+        Ranking.from_frame(_kind(label_errors, "dino"), files.height),
+        files,
+        max_per_type=max_per_type,
+    )
+
+
+def cleaned_file_lists(images: pl.DataFrame, confirmed: pl.DataFrame, *, seed: int = 0) -> pl.DataFrame:
+    """``CLEANED_LIST_SCHEMA``: :func:`cleaned_file_list` under each rule, stacked with a ``rule`` column."""
+    files = image_files(images)
+    parts = [
+        cleaned_file_list(files, confirmed, rule=rule, seed=seed).with_columns(pl.lit(rule).alias("rule"))
+        for rule in RULES
+    ]
+    return pl.concat(parts).cast(CLEANED_LIST_SCHEMA)
+
+
+def write_cleaned_file_lists(folder: str | os.PathLike[str], dataset: str, lists: pl.DataFrame) -> dict[str, int]:
+    """``<folder>/<dataset>_<rule>.csv`` (one column ``file_name``) per rule, atomically; returns kept counts."""
+    from noisycal_platform.io import atomic_write_bytes
+
+    kept = {}
+    for rule in RULES:
+        part = lists.filter(pl.col("rule") == rule).select("file_name")
+        atomic_write_bytes(Path(folder) / f"{dataset}_{rule}.csv", part.write_csv().encode())
+        kept[rule] = part.height
+    return kept
+
+
+def cleaning_impact_tables(
+    scores: pl.DataFrame | None,
+    images: pl.DataFrame,
+    cleaned: pl.DataFrame,
+    *,
+    dataset: str,
+    model_version: str | None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> pl.DataFrame:
+    """``CLEANING_IMPACT_SCHEMA``: :func:`cleaning_impact_table` under each rule; no rows when no model version
+    scored the dataset (``scores`` None), so datasets with and without scores share one table."""
+    if scores is None or model_version is None:
+        return pl.DataFrame(schema=CLEANING_IMPACT_SCHEMA)
+    files = image_files(images)
+    parts = [
+        cleaning_impact_table(
+            scores,
+            files,
+            cleaned.filter(pl.col("rule") == rule).select("file_name"),
+            dataset=dataset,
+            model_version=model_version,
+            rule=rule,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        for rule in RULES
+    ]
+    return pl.concat(parts)
+
+
+def ranking_truth_tables(
+    dataset: str,
+    images: pl.DataFrame,
+    irrelevant: pl.DataFrame,
+    near_dups: pl.DataFrame,
+    label_errors: pl.DataFrame,
+) -> pl.DataFrame:
+    """``TRUTH_SCHEMA``: :func:`ranking_truth_table` per embedding kind against ``<root>/truth.json``; no rows
+    when the dataset ships no truth."""
+    truth = read_truth(str(images["root"][0])) if images.height else None
+    if truth is None:
+        return pl.DataFrame(schema=TRUTH_SCHEMA)
+    files = image_files(images)
+    parts = [
+        ranking_truth_table(
+            dataset,
+            files,
+            truth,
+            irrelevant=Ranking.from_frame(_kind(irrelevant, k), files.height),
+            near_dups=PairRanking.from_frame(_kind(near_dups, k)),
+            label_errors=Ranking.from_frame(_kind(label_errors, k), files.height),
+            name=k,
+        )
+        for k in EMBEDDING_KINDS
+    ]
+    return pl.concat(parts)
+
+
+def dataset_speedup(
+    answers: pl.DataFrame, dataset: str, n_images: int, *, roles: Sequence[str] | None = PANEL_ROLES
+) -> pl.DataFrame:
+    """``SPEEDUP_SCHEMA`` rows of one dataset (no averages: :func:`speedup_averages` adds them across
+    datasets)."""
+    return speedup(answers, {dataset: n_images}, roles=roles).filter(pl.col("dataset") == dataset)

@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,13 +30,20 @@ if TYPE_CHECKING:
 __all__ = [
     "QUALITY_SCHEMA",
     "SPEEDUP_SCHEMA",
+    "TRUTH_FILE",
     "TRUTH_SCHEMA",
     "ranked_list_metrics",
     "ranking_quality_by_annotator",
     "ranking_quality_vs_answers",
     "ranking_truth_table",
+    "read_truth",
+    "speedup_averages",
     "speedup_table",
 ]
+
+#: A dataset folder may ship its known contamination here (the demo does): irrelevant file names,
+#: near-duplicate pairs ``[a, b]`` and flipped labels ``{"file_name", ...}``.
+TRUTH_FILE = "truth.json"
 
 QUALITY_SCHEMA: dict[str, pl.DataType] = {
     "dataset": pl.String(),
@@ -145,7 +155,17 @@ def speedup_table(effective: pl.DataFrame, n_items: dict[str, int]) -> pl.DataFr
         mean = float(per.mean())
         rows.append(dict(dataset=ds, issue_type=it, n_total=total, n_annotators=per.size,
                          n_annotated_mean=mean, n_annotated_union=int(union), speed_up=total / mean))
-    out = pl.DataFrame(rows, schema=SPEEDUP_SCHEMA)
+    return speedup_averages(pl.DataFrame(rows, schema=SPEEDUP_SCHEMA))
+
+
+def speedup_averages(per_dataset: pl.DataFrame) -> pl.DataFrame:
+    """``per_dataset`` speed-up rows followed by the micro-average (Σ n_total / Σ n_annotated_mean) and the
+    macro-average (mean of the factors) per issue type, over every dataset in the table."""
+    out = (
+        per_dataset.select(list(SPEEDUP_SCHEMA))
+        .cast(SPEEDUP_SCHEMA)
+        .filter(~pl.col("dataset").is_in(["micro-average", "macro-average"]))
+    )
     avg = []
     for it in sorted(set(out["issue_type"].to_list())):
         part = out.filter(pl.col("issue_type") == it)
@@ -225,3 +245,24 @@ def ranking_truth_table(
             )
         )
     return pl.DataFrame(rows, schema=TRUTH_SCHEMA)
+
+
+def read_truth(root: str | os.PathLike[str]) -> Truth | None:
+    """The known contamination in ``<root>/truth.json`` as a ``Truth``, or None when the folder has none.
+
+    Keys read: ``irrelevant`` (file names), ``near_duplicates`` (pairs), ``flipped`` (objects with
+    ``file_name``); a file without them, or not JSON, is a ``ValueError`` naming the file.
+    """
+    from noisycal_platform.cleaning.simulate import Truth
+
+    path = Path(root) / TRUTH_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        flipped = [str(f["file_name"]) for f in data["flipped"]]
+        return Truth.from_sets(
+            [str(x) for x in data["irrelevant"]], [(str(a), str(b)) for a, b in data["near_duplicates"]], flipped
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a truth file ({type(exc).__name__}: {exc})") from None

@@ -1,23 +1,38 @@
-"""Read the confirmation queue snapshot the pipeline exports (CONVENTIONS "Runtime layout"):
+"""The confirmation queue snapshot the pipeline exports and the web tool reads (both sides of the format here):
 ``exports/confirmation_queue/<dataset>.parquet`` (one row per candidate, ranking order by ``position``) and
 ``<dataset>.meta.json`` (dataset_root, stopping_count, p_chance, p_plus, created, queue_version).
 
-A snapshot is parsed once and cached until either file's stat changes; the question page then costs O(answers
-of this annotator), never O(dataset size) (issue 4: "a 5,000-image dataset opens instantly").
+:func:`write_snapshot` writes both files atomically (Parquet first, so a reader that sees the new meta also finds
+its Parquet). A snapshot is parsed once and cached until either file's stat changes; the question page then costs
+O(answers of this annotator), never O(dataset size), so a 5,000-image dataset opens at once.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import polars as pl
 
-__all__ = ["ISSUE_TYPES", "Candidate", "QueueRegistry", "QueueSnapshot", "Ranking", "pair_key"]
+from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+
+__all__ = [
+    "ISSUE_TYPES",
+    "Candidate",
+    "QueueRegistry",
+    "QueueSnapshot",
+    "Ranking",
+    "pair_key",
+    "snapshot_folder",
+    "write_snapshot",
+]
 
 ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
 DATASET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -134,11 +149,51 @@ def _load(meta_path: Path, parquet_path: Path, dataset: str) -> QueueSnapshot:
     )
 
 
+def snapshot_folder(home: str | Path) -> Path:
+    """``<home>/exports/confirmation_queue``: where snapshots are written and read."""
+    return Path(home) / "exports" / "confirmation_queue"
+
+
+def write_snapshot(
+    folder: str | Path,
+    dataset: str,
+    queue: pl.DataFrame,
+    *,
+    dataset_root: str | Path,
+    stopping_count: int,
+    p_chance: float,
+    p_plus: float,
+) -> dict[str, object]:
+    """Write ``<folder>/<dataset>.parquet`` (``queue``, columns as the reader needs) and ``<dataset>.meta.json``
+    atomically; ``queue_version`` = sha256 of the Parquet bytes. Returns the meta written."""
+    if not dataset or dataset in (".", "..") or any(c in dataset for c in "/\\\0"):
+        raise ValueError(f"dataset: {dataset!r} cannot name a file in {folder}")
+    missing = [c for c in _COLUMNS if c not in queue.columns]
+    if missing:
+        raise ValueError(f"queue: missing columns {missing}")
+    buf = io.BytesIO()
+    queue.write_parquet(buf)
+    data = buf.getvalue()
+    meta: dict[str, object] = {
+        "dataset": dataset,
+        "dataset_root": str(dataset_root),
+        "stopping_count": int(stopping_count),
+        "p_chance": p_chance,
+        "p_plus": p_plus,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "queue_version": hashlib.sha256(data).hexdigest(),
+    }
+    folder = Path(folder)
+    atomic_write_bytes(folder / f"{dataset}.parquet", data)
+    atomic_write_text(folder / f"{dataset}.meta.json", json.dumps(meta, indent=1, sort_keys=True))
+    return meta
+
+
 class QueueRegistry:
     """The datasets that have an exported snapshot, each parsed lazily and cached by file stat."""
 
     def __init__(self, home: Path) -> None:
-        self.folder = Path(home) / "exports" / "confirmation_queue"
+        self.folder = snapshot_folder(home)
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[tuple[int, ...], QueueSnapshot]] = {}
 

@@ -176,3 +176,25 @@ def test_path_leaving_the_root_is_a_clear_error_and_writes_nothing(tmp_path):
         with duckdb.connect(str(warehouse), read_only=True) as con:
             n = con.execute("select count(*) from information_schema.tables where table_name = 'images'").fetchone()
             assert n[0] == 0
+
+
+def test_a_dataset_without_scores_or_answers_coexists_with_one_that_has_them(home):
+    """A second partition with neither cleaning scores, confirmations nor a truth.json materialises beside the
+    first (same tables, same columns: no column-set mismatch), and the first partition's rows stay as they were."""
+    other = "digits_bare"
+    write_demo_cleaning_dataset(
+        home, name=other, seed=1, n_digits=60, n_irrelevant=2, n_duplicate_pairs=2, n_duplicate_triples=0, n_flipped=2
+    )
+    (home / "datasets" / other / "truth.json").unlink()  # and no known truth either
+    before = _sql(home, f"select * from cleaning.cleaning_impact where dataset = '{DATASET}' order by rule, metric")
+    instance_for(home).add_dynamic_partitions("datasets", [other])
+    result = _materialize(home, [*CHAIN, *AFTER_CONFIRMATION[1:-1]], partition=other)
+    assert result.success, [e.message for e in result.all_events if e.is_step_failure]
+    impact = _sql(home, "select * from cleaning.cleaning_impact")
+    assert set(impact["dataset"].unique()) == {DATASET}  # the bare dataset has no scores: no rows, no failure
+    assert impact.filter(pl.col("dataset") == DATASET).sort("rule", "metric").equals(before)
+    speedup = _sql(home, "select * from cleaning.annotation_speedup")
+    assert set(speedup["dataset"].unique()) == {DATASET}  # no answers for the bare dataset yet
+    assert set(_sql(home, "select dataset from cleaning.ranking_vs_truth")["dataset"]) == {DATASET}
+    queue = _sql(home, "select dataset, count(*) as n from cleaning.confirmation_queue group by dataset")
+    assert set(queue["dataset"]) == {DATASET, other}
