@@ -40,7 +40,7 @@ def _day_one_frames(root, dataset="derm", n=20):
     no_answers = cp.answers_from_records([])
     confirmed = cp.confirmed_issues(no_answers, queue)
     images = files.with_columns(dataset=pl.lit(dataset), root=pl.lit(str(root)))
-    empty = pl.DataFrame()  # an upstream that has produced nothing loads without columns
+    empty = pl.DataFrame()  # an undeclared upstream that has produced nothing loads without columns
     return {
         "images": images,
         "confirmation_queue": queue,
@@ -49,7 +49,8 @@ def _day_one_frames(root, dataset="derm", n=20):
         "agreement": cp.agreement_table(no_answers),
         "ranking_quality": cp.ranking_quality_table(confirmed),
         "ranking_vs_truth": pl.DataFrame(schema=cp.TRUTH_SCHEMA),
-        "annotation_speedup": empty,
+        # a declared upstream that has produced nothing loads with its schema (resources/warehouse.py)
+        "annotation_speedup": pl.DataFrame(schema=cp.SPEEDUP_SCHEMA),
         "cleaning_impact": empty,
         "stopping_sensitivity": empty,
         "expert_lay_tests": empty,
