@@ -12,6 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,36 @@ def artifacts_dir() -> Path:
     d = Path(os.environ.get("NOISYCAL_TEST_ARTIFACTS") or Path(__file__).with_name("artifacts"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@contextmanager
+def serving(home: Path) -> Iterator[str]:
+    """The confirmation tool served from ``home`` on a free local port; yields its base URL."""
+    from confirm_fixture import free_port, start_server, stop_server
+
+    port = free_port()
+    proc = start_server(home, port)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: str):
+    """One headless Chromium per test module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, headless=True, args=LAUNCH_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def navigate_by(page, action: Callable[[], None]) -> None:
+    """Run ``action`` (a key press, a click) and wait until the page it submits to has loaded."""
+    with page.expect_navigation():
+        action()
+    page.wait_for_load_state("load")

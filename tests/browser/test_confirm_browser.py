@@ -1,4 +1,4 @@
-"""Issue 4 "What must be shown": the confirmation tool in a real headless Chromium (Playwright).
+"""The confirmation tool (seed 001 §3.3) in a real headless Chromium (Playwright).
 
 Log in, answer with the keyboard until the stopping rule fires, see the page say so, undo once, resume after
 a reload and after a fresh browser session; arrow keys between the images of a pair; a screenshot of the
@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confirm_fixture import build, free_port, start_server, stop_server
+from confirm_fixture import build
 
 from noisycal_platform.confirm_app import add_annotator
 
-from .conftest import LAUNCH_ARGS
+from .conftest import navigate_by, serving
 
 pytestmark = [pytest.mark.browser]
 
@@ -33,24 +33,8 @@ def served(tmp_path_factory) -> Iterator[dict]:
     fx = build(tmp_path_factory.mktemp("browser"), stopping_count=3)
     logins = {name: add_annotator(fx.home, name, role)[1]
               for name, role in (("e1", "expert"), ("viewer", "expert"), ("boss", "admin"))}
-    port = free_port()
-    proc = start_server(fx.home, port)
-    try:
-        yield {"fx": fx, "base": f"http://127.0.0.1:{port}", "logins": logins}
-    finally:
-        stop_server(proc)
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: str):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True, args=LAUNCH_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with serving(fx.home) as base:
+        yield {"fx": fx, "base": base, "logins": logins}
 
 
 def _login(browser, served: dict, name: str, landing: str = "/"):
@@ -63,9 +47,7 @@ def _login(browser, served: dict, name: str, landing: str = "/"):
 
 
 def _key(page, key: str) -> None:
-    with page.expect_navigation():
-        page.keyboard.press(key)
-    page.wait_for_load_state("load")
+    navigate_by(page, lambda: page.keyboard.press(key))
 
 
 def _position(page) -> str | None:
@@ -177,16 +159,11 @@ def test_admin_page_in_browser(browser, served, artifacts_dir):
         ctx.close()
 
 
-# ---------------------------------------------------------------- the pipeline step (needs `noisycal tick`)
+# ---------------------------------------------------------------- the pipeline step (`noisycal tick`)
 def _noisycal() -> Path:
     exe = Path(sys.executable).with_name("noisycal")
     if not exe.exists():
-        pytest.skip(f"the `noisycal` CLI is not installed next to {sys.executable}")
-    probe = subprocess.run([str(exe), "--home", str(Path.cwd()), "tick", "--help"], capture_output=True,
-                           text=True, timeout=300)
-    if probe.returncode != 0:
-        pytest.skip("the `noisycal` CLI has no `tick` command yet (the lead adds it): "
-                    + (probe.stderr or probe.stdout).strip()[-300:])
+        pytest.skip(f"the `noisycal` console script is not installed next to {sys.executable} (pip install -e .)")
     return exe
 
 

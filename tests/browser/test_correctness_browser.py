@@ -12,13 +12,12 @@ from collections.abc import Iterator
 
 import polars as pl
 import pytest
-from confirm_fixture import free_port, start_server, stop_server
 
 from noisycal_platform.confirm_app import add_annotator
 from noisycal_platform.correctness import audit_workflow as aw
 from noisycal_platform.correctness.audit_workflow import effective_correctness_answers
 
-from .conftest import LAUNCH_ARGS
+from .conftest import navigate_by, serving
 
 pytestmark = [pytest.mark.browser]
 
@@ -45,35 +44,13 @@ def served(tmp_path_factory) -> Iterator[dict]:
     (home / "exports").mkdir(parents=True)
     (home / "exports" / "audit_sample.csv").write_text(aw.sample_csv_text(_sample()), encoding="utf-8")
     logins = {name: add_annotator(home, name, "expert")[1] for name in ("ann_a",)}
-    port = free_port()
-    proc = start_server(home, port)
-    try:
-        yield {"home": home, "base": f"http://127.0.0.1:{port}", "logins": logins}
-    finally:
-        stop_server(proc)
-
-
-@pytest.fixture(scope="module")
-def browser(chromium: str):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True, args=LAUNCH_ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
+    with serving(home) as base:
+        yield {"home": home, "base": base, "logins": logins}
 
 
 def _records(served: dict, name: str) -> list[dict]:
     p = served["home"] / "inbox" / "correctness_audit" / f"{name}.jsonl"
     return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
-
-
-def _submit(page, action) -> None:
-    with page.expect_navigation():
-        action()
-    page.wait_for_load_state("load")
 
 
 def test_annotator_answers_correctness_questions(browser, served, artifacts_dir):
@@ -95,18 +72,18 @@ def test_annotator_answers_correctness_questions(browser, served, artifacts_dir)
             assert hidden not in body
         page.screenshot(path=str(artifacts_dir / "correctness_question.png"), full_page=True)
 
-        _submit(page, lambda: page.click("#btn-correct"))  # item 1: correct (click)
+        navigate_by(page, lambda: page.click("#btn-correct"))  # item 1: correct (click)
         assert page.inner_text("#answered") == "1" and page.inner_text("#model-answer") == "Heart failure"
         assert page.inner_text("#references").strip() == "none"
-        _submit(page, lambda: page.keyboard.press("2"))  # item 2: incorrect, extra/wrong (key)
+        navigate_by(page, lambda: page.keyboard.press("2"))  # item 2: incorrect, extra/wrong (key)
         assert page.inner_text("#answered") == "2"
-        _submit(page, lambda: page.keyboard.press("u"))  # undo item 2
+        navigate_by(page, lambda: page.keyboard.press("u"))  # undo item 2
         assert page.inner_text("#answered") == "1" and page.inner_text("#model-answer") == "Heart failure"
-        _submit(page, lambda: page.click("#btn-incorrect-2"))
+        navigate_by(page, lambda: page.click("#btn-incorrect-2"))
         page.reload()  # resumes where it stood
         assert page.inner_text("#model-answer") == "admit or discharge"
         assert "exactly one" in page.inner_text("#candidates")
-        _submit(page, lambda: page.keyboard.press("3"))  # item 3: incorrect, invalid/uncertain
+        navigate_by(page, lambda: page.keyboard.press("3"))  # item 3: incorrect, invalid/uncertain
         assert page.is_visible("#finished") and page.inner_text("#answered") == "3"
     finally:
         ctx.close()
