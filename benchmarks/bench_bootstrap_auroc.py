@@ -1,12 +1,12 @@
 """Benchmark: the full paired stratified bootstrap of the correctness audit vs a loop of sklearn
 roc_auc_score.
 
-Workload (issue 5 §5): 10,000 replicates; every active criterion plus the human labels; four UE methods; nine
-dataset-model groups; 450 audited items (the seeded synthetic demo). The demo has no NLI model, so semantic
-entropy is not computed; to keep the seed's four-method cost, its column is filled with the answer-entropy
-values (a timing stand-in only, printed as such). Ours: `paired_bootstrap` (weighted
-Mann-Whitney on bootstrap count vectors, one float32 GEMM per task) and the whole `criterion_audit` asset
-function.
+Workload (seed 002 §3.1: 10,000 paired replicates that keep each group's EM quotas): every active criterion plus
+the human labels; four UE methods; nine dataset-model groups; 450 audited items (the seeded synthetic demo). The
+demo has no NLI model, so semantic entropy is not computed; to keep the seed's four-method cost, its column is
+filled with the answer-entropy values (a timing stand-in only, printed as such). Ours: `paired_bootstrap`
+(weighted Mann-Whitney on bootstrap count vectors, one float32 GEMM per task) and the whole `criterion_audit`
+asset function.
 Peer: `sklearn.metrics.roc_auc_score` on every materialised resample, run on a SUBSET of replicates and
 extrapolated linearly to 10,000 (the full loop would take many minutes); the subset also checks exactness.
 

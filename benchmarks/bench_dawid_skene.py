@@ -1,7 +1,7 @@
 """Benchmark: Dawid–Skene channel estimation, ours vs crowd-kit `DawidSkene`, 1,000,000 items × 5 annotators.
 
 Run by hand (once, niced):  nice -n 10 .venv/bin/python benchmarks/bench_dawid_skene.py
-Data as in shared/notes/perf_anchors.md §3: fpr = (.05, .10, .15, .08, .20), fnr = (.12, .06, .10, .18, .09),
+Data: fpr = (.05, .10, .15, .08, .20), fnr = (.12, .06, .10, .18, .09),
 prevalence .35, seed 3, dense binary labels. Ours takes the wide n×K array (its input format), crowd-kit the
 long task/worker/label DataFrame (its input format); building either input is not timed. Prints wall and CPU
 seconds, the speed-up, the largest estimate differences and the peak RSS.

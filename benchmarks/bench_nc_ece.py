@@ -1,7 +1,7 @@
 """Benchmark: NC-ECE on 10,000,000 scores × 3 annotators, library vs DuckDB's plain SQL query.
 
 Run by hand (once, niced):  nice -n 10 .venv/bin/python benchmarks/bench_nc_ece.py
-Data as in shared/notes/perf_anchors.md §2: s ~ Beta(2, 3), η = s^0.8 + 0.03, fpr = (.10, .05, .25),
+Data: s ~ Beta(2, 3), η = s^0.8 + 0.03, fpr = (.10, .05, .25),
 fnr = (.20, .10, .15), IV weights, 15 bins. Annotations are int8 (n, 3) (the fast path; -1 = missing) and
 also float64 with NaN (the general path). The peer is one DuckDB query over an in-memory table
 (s DOUBLE, a1..a3 TINYINT), parameters bound as DOUBLE; loading the table is not timed. Prints wall and

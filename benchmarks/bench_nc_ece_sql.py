@@ -88,7 +88,7 @@ def main() -> None:
     got = con.execute("select * from calibration.nc_ece_by_bin order by bin").pl()
     err = float(np.max(np.abs(got["residual"].to_numpy() - res.bins["residual"].to_numpy())))
 
-    # peer: the plain per-bin query over a wide table with DOUBLE parameters (perf_anchors §2)
+    # peer: the plain per-bin query over a wide table with DOUBLE parameters
     wide = pl.DataFrame({"s": s, "a1": a[:, 0], "a2": a[:, 1], "a3": a[:, 2]})
     con.register("w", wide.to_arrow())
     con.execute("create table wide as select * from w")

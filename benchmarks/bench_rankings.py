@@ -1,4 +1,4 @@
-"""Benchmark the SelfClean candidate rankings against their peers (issue 3 §4).
+"""Benchmark the SelfClean candidate rankings against their peers (seed 001 §3.2).
 
 Run by hand, once, on the shared 2-core box:
 
@@ -7,11 +7,11 @@ Run by hand, once, on the shared 2-core box:
 Cases (each in a fresh subprocess; peak memory = ``resource.getrusage(RUSAGE_SELF).ru_maxrss``,
 "base" = the same value right after the inputs were loaded, i.e. interpreter + libraries + data):
 
-- N = 100,000 × 192 clustered embeddings with planted near duplicates (perf_anchors §5 recipe):
+- N = 100,000 × 192 clustered embeddings with planted near duplicates:
   exact top-10,000 near-duplicate pairs, the label-error ranking, and faiss ``IndexFlatIP`` with
   k = 11 plus a global top-10,000 selection as the peer (approximate by construction; compared
   with our exact pairs).
-- Single linkage (perf_anchors §4 recipe: 100 clusters, Dirichlet(2) sizes, 5% background) at
+- Single linkage (100 clusters, Dirichlet(2) sizes, 5% background) at
   N = 20,000, 50,000, 100,000: ``rank_irrelevant`` (exact MST + linkage + walk) against
   ``fastcluster.linkage_vector(X, 'single')`` (float64, Euclidean; heights compared as e²/4).
   fastcluster at 100,000 is skipped by default (~10 min) and extrapolated from 50,000 (marked [X]).
@@ -275,7 +275,8 @@ def main() -> None:
                     est = t0 * (n / n0) ** 2.14
                     print(
                         f"  N={n:,}: fastcluster NOT RUN; [X] extrapolated from N={n0:,} with exponent 2.14 "
-                        f"(perf_anchors §4): ~{est:.0f} s -> ratio ~{est / ours['time_s']:.1f}x"
+                        f"(fitted to fastcluster's timings at smaller N): ~{est:.0f} s "
+                        f"-> ratio ~{est / ours['time_s']:.1f}x"
                     )
 
 

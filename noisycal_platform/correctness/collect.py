@@ -1,13 +1,11 @@
 """Produce generation records (io.GENERATION_FIELDS) from a local Hugging Face causal LM, or from a local
 OpenAI-compatible server (vLLM, llama.cpp server, TGI; ``collect_generations_openai``).
 
-For each prompt: a greedy answer with, per answer token, the top-K raw logits, logsumexp and mean over the
-full
-logits dimension and V (enough for Self-Certainty and LogTokU exactly, ue_anchors.md §1.5), plus N sampled
-answers
-with the log-likelihood of each sampled answer token. "Answer tokens" are the tokens overlapping the JSON
-"answer" value; if the output does not parse, all generated tokens are used. torch/transformers are imported
-inside (optional `llm` extra); nothing is downloaded (local_files_only).
+For each prompt: a greedy answer with, per answer token, the top-K raw logits, logsumexp and mean over the full
+logits dimension and V (enough for Self-Certainty and LogTokU exactly: Kang et al. 2025; Ma et al. 2025, arXiv
+2502.00290), plus N sampled answers with the log-likelihood of each sampled answer token. "Answer tokens" are the
+tokens overlapping the JSON "answer" value; if the output does not parse, all generated tokens are used.
+torch/transformers are imported inside (optional `llm` extra); nothing is downloaded (local_files_only).
 
 A server returns log-probabilities (log-softmax values), not raw logits, and only the top-K of them. Its
 records therefore carry no answer-token logits (``answer_top_logits`` etc. empty, ``vocab_size`` null) and

@@ -94,7 +94,7 @@ class FoldingTokenizer:
 
     On ASCII text it equals rouge-score's DefaultTokenizer (lowercase, split on [^a-z0-9], Porter-stem
     tokens longer than 3 characters). rouge-score's own tokenizer drops every non-ASCII character, so
-    identical non-ASCII strings would score 0 (STACK.md).
+    identical non-ASCII strings would score 0 (rouge-score ``tokenizers.DefaultTokenizer``).
     """
 
     def __init__(self, use_stemmer: bool) -> None:

@@ -1,5 +1,5 @@
-"""Answer-only uncertainty scores, higher = more uncertain (seed 002 §3.1; formulas in notes/ue_anchors.md
-§1).
+"""Answer-only uncertainty scores, higher = more uncertain (seed 002 §3.1; each formula's paper is
+named below).
 
 - Self-Certainty (Kang et al. 2025): u = -mean_t KL(U_V || p_t), KL = logsumexp(z_t) - mean_j z_tj - log V,
   from per-token logsumexp, mean logit and vocabulary size V (exact, full vocabulary).

@@ -95,7 +95,7 @@ def test_noisycal_demo_runs_everything(tmp_path):
                 "select ranking, auroc from cleaning.ranking_vs_truth where issue_type = 'near_duplicate'"
             ).fetchall()
         )
-    # issue 3: the self-supervised embedding beats the non-learned baseline on the injected near duplicates
+    # seed 001 §3.2: the self-supervised embedding beats the non-learned baseline on the injected near duplicates
     assert auroc["dino"] > auroc["baseline"], auroc
     # the last batch arrived through the sensor: the ledger accepted it exactly once
     ledger = [json.loads(line) for line in (home / "ledger" / "annotations.jsonl").read_text().splitlines()]

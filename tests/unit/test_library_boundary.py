@@ -1,4 +1,4 @@
-"""The domain library never imports the orchestrator (DESIGN.md "Layers"): checked on the source, statically."""
+"""The domain library never imports the orchestrator (a layering rule): checked on the source, statically."""
 
 import ast
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Tests for noisycal_platform.cleaning.images (issue 3 §3 bad input)."""
+"""Tests for noisycal_platform.cleaning.images (bad input: clear errors naming the file)."""
 
 from __future__ import annotations
 

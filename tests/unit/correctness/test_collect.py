@@ -166,7 +166,7 @@ def test_smollm2_end_to_end(tmp_path):
     r = recs[0]
     assert r["vocab_size"] == 49152
     assert len(r["answer_top_logits"]) >= 1 and len(r["answer_top_logits"][0]) == 20
-    assert min(t[0] for t in r["answer_top_logits"]) > 0  # raw logits, positive for this model (STACK.md)
+    assert min(t[0] for t in r["answer_top_logits"]) > 0  # raw logits, positive for this model
     s = ue_scores(g)
     assert np.isfinite(s["self_certainty"][0]) and np.isfinite(s["logtoku"][0])
     assert s["self_certainty"][0] < 0  # -KL(U||p) with KL > 0

@@ -1,5 +1,5 @@
-"""UE formulas on hand-computed logits (ue_anchors.md §1): closed forms, the shift behaviour, the worked toy
-examples for Semantic Entropy."""
+"""UE formulas on hand-computed logits (Kang et al. 2025; Ma et al. 2025; Farquhar et al. 2024): closed forms,
+the shift behaviour, the worked toy examples for Semantic Entropy."""
 
 from fractions import Fraction
 
@@ -79,7 +79,8 @@ def test_logtoku_token_value_closed_form_and_not_shift_invariant():
 
 
 def test_logtoku_worked_example_from_notes():
-    # ue_anchors.md §1.2: logits [30.98, 30.49, 12, 5, -3] -> AU 0.685, EU 0.0315, AU*EU 0.0216
+    # by hand from the evidential form (Ma et al. 2025, arXiv 2502.00290):
+    # logits [30.98, 30.49, 12, 5, -3] -> AU 0.685, EU 0.0315, AU*EU 0.0216
     v = logtoku_token_values(np.array([[30.98, 30.49, 12, 5, -3]]))[0]
     assert v == pytest.approx(0.0216, abs=5e-5)
 
@@ -118,7 +119,8 @@ def test_unmappable_answers_are_keyed_by_text():
 
 
 def test_semantic_entropy_toy_values_from_notes():
-    # ue_anchors.md §1.4: p = [0.6, 0.6, 0.6, 0.3, 0.1], clusters {0,1,2,3},{4}
+    # discrete and likelihood-weighted SE by hand (Farquhar et al., Nature 2024):
+    # p = [0.6, 0.6, 0.6, 0.3, 0.1], clusters {0,1,2,3},{4}
     clusters = [[0, 0, 0, 0, 1]]
     lls = [[[np.log(0.6)], [np.log(0.6)], [np.log(0.6)], [np.log(0.3)], [np.log(0.1)]]]
     m = np.array([21 / 22, 1 / 22])
