@@ -19,6 +19,7 @@ from noisycal_platform.cleaning.agreement import (
 from noisycal_platform.cleaning.pipeline import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers
 from noisycal_platform.metrics import bootstrap_counts
+from tests.unit.cleaning._answers import answer_record, stamp
 
 NAN = np.nan
 
@@ -111,21 +112,7 @@ def test_agreement_stats_rows_match_peers():
             if ann == "e3" and i > 18:
                 continue  # e3 stopped early: missing answers
             ans = truth[i] if rng.random() < 0.85 else 1 - truth[i]
-            recs.append(
-                dict(
-                    answer_id=f"a{k}",
-                    dataset="d",
-                    issue_type="irrelevant",
-                    item_id=f"f{i:02d}",
-                    item_id_2=None,
-                    annotator_id=ann,
-                    role="expert",
-                    answer="yes" if ans else "no",
-                    undoes=None,
-                    position=i,
-                    timestamp=f"2026-01-01T00:{k // 60:02d}:{k % 60:02d}Z",
-                )
-            )
+            recs.append(answer_record(f"a{k}", ann, f"f{i:02d}", "yes" if ans else "no", i, stamp(k)))
             k += 1
     eff = effective_answers(answers_from_records(recs))
     out = agreement_stats(eff, n_boot=200, seed=0)
@@ -152,21 +139,7 @@ def test_mixed_panel_adds_alpha_within_roles():
     for ann, role in (("e1", "expert"), ("e2", "expert"), ("l1", "lay")):
         for i in range(20):
             ans = truth[i] if rng.random() < 0.8 else 1 - truth[i]
-            recs.append(
-                dict(
-                    answer_id=f"a{k}",
-                    dataset="d",
-                    issue_type="irrelevant",
-                    item_id=f"f{i:02d}",
-                    item_id_2=None,
-                    annotator_id=ann,
-                    role=role,
-                    answer="yes" if ans else "no",
-                    undoes=None,
-                    position=i,
-                    timestamp=f"2026-01-01T00:{k // 60:02d}:{k % 60:02d}Z",
-                )
-            )
+            recs.append(answer_record(f"a{k}", ann, f"f{i:02d}", "yes" if ans else "no", i, stamp(k), role=role))
             k += 1
     eff = effective_answers(answers_from_records(recs))
     out = agreement_stats(eff, n_boot=50, seed=0).filter(pl.col("statistic") == "krippendorff_alpha")

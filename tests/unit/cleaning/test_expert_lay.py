@@ -9,6 +9,7 @@ from sklearn.metrics import cohen_kappa_score
 from noisycal_platform.cleaning.expert_lay import expert_lay_differences, expert_lay_tests, sign_flip_test
 from noisycal_platform.cleaning.pipeline import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers
+from tests.unit.cleaning._answers import answer_record, stamp
 
 
 def test_exact_p_values_known_cases():
@@ -50,21 +51,9 @@ def _records():
         a = np.where(rng.random(40) < acc, truth, 1 - truth)
         answers[ann] = a
         for i in range(40):
-            recs.append(
-                dict(
-                    answer_id=f"a{k}",
-                    dataset="d",
-                    issue_type="label_error",
-                    item_id=f"f{i:02d}",
-                    item_id_2=None,
-                    annotator_id=ann,
-                    role=role,
-                    answer="yes" if a[i] else "no",
-                    undoes=None,
-                    position=i,
-                    timestamp=f"2026-01-01T01:{k // 60:02d}:{k % 60:02d}Z",
-                )
-            )
+            answer = "yes" if a[i] else "no"
+            recs.append(answer_record(f"a{k}", ann, f"f{i:02d}", answer, i, stamp(3600 + k), role=role,
+                                      issue_type="label_error"))
             k += 1
     return recs, answers
 

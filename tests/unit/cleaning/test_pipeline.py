@@ -1,5 +1,6 @@
 """Pipeline functions (one per asset): queue, answers, confirmed issues, file lists, prevalence, truth."""
 
+from datetime import UTC, datetime
 from itertools import combinations
 from types import SimpleNamespace
 
@@ -10,6 +11,9 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.simulate import Rater, Truth, simulate_answers
+from tests.unit.cleaning._answers import answer_record, stamp
+
+T0 = datetime(2026, 2, 1, 10, tzinfo=UTC)
 
 N = 12
 FILES = pl.DataFrame(
@@ -26,19 +30,8 @@ def pairs(ps):
 
 
 def rec(aid, ann, it, a, ans, pos, t, b=None, role="expert", undoes=None):
-    return dict(
-        answer_id=aid,
-        dataset="ds",
-        issue_type=it,
-        item_id=a,
-        item_id_2=b,
-        annotator_id=ann,
-        role=role,
-        answer=ans,
-        undoes=undoes,
-        position=pos,
-        timestamp=f"2026-02-01T10:00:{t:02d}Z",
-    )
+    return answer_record(aid, ann, a, ans, pos, stamp(t, T0), role=role, dataset="ds", issue_type=it, item_id_2=b,
+                         undoes=undoes)
 
 
 def test_confirmation_queue_schema_and_order():

@@ -19,22 +19,12 @@ from noisycal_platform.cleaning.protocol import (
     truncate_sessions,
 )
 from tests.shared_data import shared_path
+from tests.unit.cleaning._answers import answer_record, stamp
 
 
 def rec(aid, ann, item, answer, pos, t, undoes=None, role="expert", it="irrelevant", item2=None):
-    return dict(
-        answer_id=aid,
-        dataset="d",
-        issue_type=it,
-        item_id=item,
-        item_id_2=item2,
-        annotator_id=ann,
-        role=role,
-        answer=answer,
-        undoes=undoes,
-        position=pos,
-        timestamp=f"2026-01-01T00:00:{t:02d}+00:00",
-    )
+    return answer_record(aid, ann, item, answer, pos, stamp(t), role=role, issue_type=it, item_id_2=item2,
+                         undoes=undoes)
 
 
 def test_stopping_count_paper_value():

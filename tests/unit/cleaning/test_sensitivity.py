@@ -8,6 +8,7 @@ import pytest
 from noisycal_platform.cleaning.pipeline import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers
 from noisycal_platform.cleaning.sensitivity import DEFAULT_GRID, stopping_sensitivity
+from tests.unit.cleaning._answers import answer_record, stamp
 
 # Two experts answer the same ranking; issues sit after runs of "no" of lengths 3, 12 and 40.
 PATTERN = ["yes"] + ["no"] * 3 + ["yes"] + ["no"] * 12 + ["yes"] + ["no"] * 40 + ["yes"] + ["no"] * 70
@@ -17,21 +18,7 @@ def _answers():
     recs, k = [], 0
     for ann in ("e1", "e2"):
         for p, a in enumerate(PATTERN):
-            recs.append(
-                dict(
-                    answer_id=f"{ann}-{p}",
-                    dataset="d",
-                    issue_type="irrelevant",
-                    item_id=f"i{p:03d}",
-                    item_id_2=None,
-                    annotator_id=ann,
-                    role="expert",
-                    answer=a,
-                    undoes=None,
-                    position=p,
-                    timestamp=f"2026-01-01T{k // 3600:02d}:{(k // 60) % 60:02d}:{k % 60:02d}Z",
-                )
-            )
+            recs.append(answer_record(f"{ann}-{p}", ann, f"i{p:03d}", a, p, stamp(k)))
             k += 1
     return answers_from_records(recs)
 
