@@ -3,15 +3,14 @@ cleaned file lists, and bad images excluded by name (not fatal)."""
 
 import json
 
-import dagster as dg
 import duckdb
 import polars as pl
 import pytest
 
-from definitions import build_definitions
 from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 from noisycal_platform.demo import write_demo_cleaning_scores, write_demo_confirmations
 from orchestration.runner import instance_for
+from tests.assets._run import materialize, sql
 
 DATASET = "digits_small"
 TINY = {
@@ -46,25 +45,8 @@ AFTER_CONFIRMATION = [
 ]
 
 
-def _keys(names):
-    return [dg.AssetKey(n.split("/")) for n in names]
-
-
 def _materialize(home, names, partition=DATASET):
-    defs = build_definitions(home)
-    return dg.materialize(
-        [*defs.assets, *defs.asset_checks],
-        selection=_keys(names),
-        partition_key=partition,
-        instance=instance_for(home),
-        resources=defs.resources,
-        raise_on_error=False,
-    )
-
-
-def _sql(home, query):
-    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
-        return con.execute(query).pl()
+    return materialize(home, names, partition)
 
 
 @pytest.fixture(scope="module")
@@ -104,17 +86,17 @@ def test_queue_exported_for_the_web_tool(home):
 
 
 def test_answers_ingested_and_confirmed(home):
-    answers = _sql(home, "select * from raw.confirmations")
+    answers = sql(home, "select * from raw.confirmations")
     files = {p.stem for p in (home / "inbox" / "confirmations").glob("*.jsonl")}
     assert set(answers["annotator_id"].unique()) == files
     assert answers["answer_id"].n_unique() == answers.height  # exactly once per answer
-    confirmed = _sql(home, "select * from cleaning.confirmed_issues")
+    confirmed = sql(home, "select * from cleaning.confirmed_issues")
     assert confirmed.filter(pl.col("unanimous")).height > 0
     assert (confirmed["n_yes"] <= confirmed["n_annotators"]).all()
 
 
 def test_cleaned_file_lists_exported(home):
-    images = _sql(home, "select file_name from raw.images")
+    images = sql(home, "select file_name from raw.images")
     for rule in ("unanimous", "majority"):
         exported = pl.read_csv(home / "exports" / "cleaned_file_lists" / f"{DATASET}_{rule}.csv")
         assert exported.columns == ["file_name"]
@@ -126,10 +108,10 @@ def test_cleaned_file_lists_exported(home):
 
 
 def test_statistics_and_report(home):
-    assert _sql(home, "select * from cleaning.agreement").height > 0
-    impact = _sql(home, "select * from cleaning.cleaning_impact")
+    assert sql(home, "select * from cleaning.agreement").height > 0
+    impact = sql(home, "select * from cleaning.cleaning_impact")
     assert set(impact["metric"].unique()) >= {"auroc", "ap", "auprg"}
-    truth = _sql(home, "select * from cleaning.ranking_vs_truth")
+    truth = sql(home, "select * from cleaning.ranking_vs_truth")
     assert set(truth["ranking"].unique()) == {"dino", "baseline"}
     report = (home / "reports" / "cleaning.html").read_text()
     assert DATASET in report and "data:image/" in report
@@ -154,7 +136,7 @@ def test_bad_images_are_excluded_by_name_not_fatal(tmp_path):
     _broken_dataset(home)
     result = _materialize(home, ["raw/images"], partition="broken")
     assert result.success
-    images = _sql(home, "select file_name from raw.images order by file_name")["file_name"].to_list()
+    images = sql(home, "select file_name from raw.images order by file_name")["file_name"].to_list()
     assert images == ["ok_0.png", "ok_1.png", "ok_2.png", "ok_3.png"]
     mat = result.asset_materializations_for_node("raw__images")[0]
     assert mat.metadata["excluded"].value == 2
@@ -186,15 +168,15 @@ def test_a_dataset_without_scores_or_answers_coexists_with_one_that_has_them(hom
         home, name=other, seed=1, n_digits=60, n_irrelevant=2, n_duplicate_pairs=2, n_duplicate_triples=0, n_flipped=2
     )
     (home / "datasets" / other / "truth.json").unlink()  # and no known truth either
-    before = _sql(home, f"select * from cleaning.cleaning_impact where dataset = '{DATASET}' order by rule, metric")
+    before = sql(home, f"select * from cleaning.cleaning_impact where dataset = '{DATASET}' order by rule, metric")
     instance_for(home).add_dynamic_partitions("datasets", [other])
     result = _materialize(home, [*CHAIN, *AFTER_CONFIRMATION[1:-1]], partition=other)
     assert result.success, [e.message for e in result.all_events if e.is_step_failure]
-    impact = _sql(home, "select * from cleaning.cleaning_impact")
+    impact = sql(home, "select * from cleaning.cleaning_impact")
     assert set(impact["dataset"].unique()) == {DATASET}  # the bare dataset has no scores: no rows, no failure
     assert impact.filter(pl.col("dataset") == DATASET).sort("rule", "metric").equals(before)
-    speedup = _sql(home, "select * from cleaning.annotation_speedup")
+    speedup = sql(home, "select * from cleaning.annotation_speedup")
     assert set(speedup["dataset"].unique()) == {DATASET}  # no answers for the bare dataset yet
-    assert set(_sql(home, "select dataset from cleaning.ranking_vs_truth")["dataset"]) == {DATASET}
-    queue = _sql(home, "select dataset, count(*) as n from cleaning.confirmation_queue group by dataset")
+    assert set(sql(home, "select dataset from cleaning.ranking_vs_truth")["dataset"]) == {DATASET}
+    queue = sql(home, "select dataset, count(*) as n from cleaning.confirmation_queue group by dataset")
     assert set(queue["dataset"]) == {DATASET, other}

@@ -5,34 +5,17 @@ report saying which criteria ran and which were skipped."""
 import json
 import shutil
 
-import dagster as dg
-import duckdb
 import polars as pl
 import pytest
 
-from definitions import build_definitions
 from noisycal_platform.correctness import audit_workflow as aw
 from noisycal_platform.correctness.demo_data import write_demo_correctness_inputs
 from orchestration.cli import main
-from orchestration.runner import instance_for
+from tests.assets._run import materialize, sql
 
 KEY = ["dataset", "model", "case_id"]
 
 
-def _materialize(home, keys):
-    defs = build_definitions(home)
-    return dg.materialize(
-        [*defs.assets, *defs.asset_checks],
-        selection=[dg.AssetKey(k.split("/")) for k in keys],
-        instance=instance_for(home),
-        resources=defs.resources,
-        raise_on_error=False,
-    )
-
-
-def _sql(home, query):
-    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
-        return con.execute(query).pl()
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +39,9 @@ def test_audit_workflow_through_the_assets(home):
             ok = (i % 2 == 0) != (who == "ann_b" and i < 3)  # ann_b differs on the first three items
             rows.append(f"{ds},{m},{c},{who},{int(ok)},{'' if ok else 'extra/wrong'}")
         (paths.annotation_csvs / f"{who}.csv").write_text("\n".join(rows) + "\n")
-    res = _materialize(home, ["raw/generations", "correctness/audit_agreement"])
+    res = materialize(home, ["raw/generations", "correctness/audit_agreement"])
     assert res.success
-    agree = _sql(home, "SELECT * FROM correctness.audit_agreement WHERE scope_kind = 'all'")
+    agree = sql(home, "SELECT * FROM correctness.audit_agreement WHERE scope_kind = 'all'")
     assert agree["n_items"][0] == len(keys) and agree["n_disagreements"][0] == 3 and agree["n_undecided"][0] == 3
     assert pl.read_csv(paths.disagreements).height == 3
     # decide two of the three jointly; the third stays out of human_correct and is counted
@@ -67,22 +50,22 @@ def test_audit_workflow_through_the_assets(home):
     dis.with_columns(pl.lit(1).alias("human_correct"), pl.lit(None, pl.String).alias("error_category")).write_csv(
         paths.adjudications / "joint.csv"
     )
-    res = _materialize(home, ["correctness/audit_agreement", "raw/audit_labels"])
+    res = materialize(home, ["correctness/audit_agreement", "raw/audit_labels"])
     assert res.success
-    labels = _sql(home, "SELECT * FROM raw.audit_labels")
+    labels = sql(home, "SELECT * FROM raw.audit_labels")
     assert labels.height == len(keys) - 1
     assert labels.filter(pl.col("decision") == "joint").height == 2
-    assert _sql(home, "SELECT n_undecided FROM correctness.audit_agreement WHERE scope_kind = 'all'").item() == 1
+    assert sql(home, "SELECT n_undecided FROM correctness.audit_agreement WHERE scope_kind = 'all'").item() == 1
 
 
 def test_audit_and_report_state_what_ran(home):
-    res = _materialize(
+    res = materialize(
         home,
         ["correctness/criterion_decisions", "correctness/ue_scores", "correctness/criterion_audit",
          "correctness/ue_sensitivity", "correctness/false_acceptance", "reports/correctness"],
     )
     assert res.success
-    audit = _sql(home, "SELECT * FROM correctness.criterion_audit WHERE scope_kind = 'all'")
+    audit = sql(home, "SELECT * FROM correctness.criterion_audit WHERE scope_kind = 'all'")
     skipped = dict(audit.filter(pl.col("status") == "skipped").select("criterion", "note").iter_rows())
     assert "bem_model_path" in skipped["bem"] and "judge" in skipped["llm_judge"]
     assert audit["n_comparisons"].unique().to_list() == [2]  # the seed's two comparisons, by default

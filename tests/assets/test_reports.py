@@ -21,6 +21,7 @@ from noisycal_platform.calibration.demo_data import write_demo_calibration_input
 from noisycal_platform.cleaning import pipeline as cp
 from orchestration.runner import instance_for
 from resources.inbox import InboxResource
+from tests.assets._run import materialize
 
 N_PER_RANKING = 8
 
@@ -116,10 +117,6 @@ CAL_CHAIN = [
 ]
 
 
-def _keys(names):
-    return [dg.AssetKey(n.split("/")) for n in names]
-
-
 @pytest.fixture(scope="module")
 def failing_version_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("reports") / "home"
@@ -133,8 +130,7 @@ def failing_version_home(tmp_path_factory):
     instance.add_dynamic_partitions("model_versions", ["v1", "v2", "v3"])
 
     def run(names, partition=None):
-        return dg.materialize([*defs.assets], selection=_keys(names), partition_key=partition, instance=instance,
-                              resources=defs.resources, raise_on_error=False)
+        return materialize(home, names, partition, checks=False, defs=defs, instance=instance)
 
     assert run(["raw/annotations", "raw/reference_labels", "staging/stg_annotations",
                 "staging/stg_annotator_index"]).success
