@@ -10,6 +10,7 @@ import pytest
 
 from noisycal_platform.correctness.collect import PromptSpec, collect_generations, write_generations_jsonl
 from noisycal_platform.correctness.io import read_generations
+from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, save_wordpiece_tokenizer
 
 HAS_TRANSFORMERS = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 needs_transformers = pytest.mark.skipif(
@@ -31,48 +32,12 @@ def tiny_llama(tmp_path_factory):
     if not HAS_TRANSFORMERS:
         pytest.skip("torch/transformers not installed (`llm` extra)")
     import torch
-    from transformers import BertTokenizerFast, LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     d = tmp_path_factory.mktemp("tiny_llama")
-    words = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        "{",
-        "}",
-        '"',
-        ":",
-        ",",
-        ".",
-        "?",
-        "answer",
-        "reasoning",
-        "sepsis",
-        "admit",
-        "discharge",
-        "acute",
-        "kidney",
-        "failure",
-        "none",
-        "the",
-        "is",
-        "what",
-        "which",
-        "disposition",
-        "phenotypes",
-        "chest",
-        "pain",
-        "lactate",
-        "4",
-        "question",
-        "candidate",
-        "labels",
-    ]
-    (d / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
-    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
-    tok.save_pretrained(d)
+    words = [*SPECIAL, "{", "}", '"', ":", ",", ".", "?", "answer", "reasoning", *CLINICAL, "the", "is", "what",
+             "which", "disposition", "phenotypes", "chest", "pain", "lactate", "4", "question", "candidate", "labels"]
+    save_wordpiece_tokenizer(d, words)
     cfg = LlamaConfig(
         vocab_size=len(words),
         hidden_size=16,

@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 from noisycal_platform.correctness import pipeline as cp
+from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, save_wordpiece_tokenizer
 
 pytestmark = [
     pytest.mark.slow,
@@ -22,34 +23,14 @@ pytestmark = [
     ),
 ]
 
-WORDS = [
-    "[PAD]",
-    "[UNK]",
-    "[CLS]",
-    "[SEP]",
-    "[MASK]",
-    "the",
-    "answer",
-    "includes",
-    "sepsis",
-    "admit",
-    "discharge",
-    "acute",
-    "kidney",
-    "failure",
-    "none",
-    ".",
-    ",",
-]
+WORDS = [*SPECIAL, "the", "answer", "includes", *CLINICAL, ".", ","]
 
 
 def _tiny_bert(path, id2label=None, entail_logit=None):
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab=str(path / "vocab.txt"), do_lower_case=True).save_pretrained(path)
+    save_wordpiece_tokenizer(path, WORDS)
     cfg = BertConfig(
         vocab_size=len(WORDS),
         hidden_size=16,
