@@ -7,6 +7,7 @@ import polars as pl
 
 from noisycal_platform.correctness import pipeline as cp
 from noisycal_platform.correctness.report import render_correctness_report
+from tests.unit.correctness._frames import auroc_grid
 
 
 def test_report_on_demo(demo_frames):
@@ -27,18 +28,8 @@ def test_report_on_demo(demo_frames):
 
 
 def test_reversal_cells_highlighted():
-    sens = pl.DataFrame(
-        {
-            "dataset": ["d"] * 4,
-            "ue_method": ["a", "a", "b", "b"],
-            "criterion": ["f", "g", "f", "g"],
-            "auroc": [0.7, 0.5, 0.6, 0.65],
-            "n_models": [3] * 4,
-            "n_predictions": [10] * 4,
-            "spread": [0.2, 0.2, 0.05, 0.05],
-            "in_reversal": [True] * 4,
-        }
-    )
+    sens = auroc_grid([0.7, 0.5, 0.6, 0.65], n_models=[3] * 4, n_predictions=[10] * 4,
+                      spread=[0.2, 0.2, 0.05, 0.05], in_reversal=[True] * 4)
     empty_audit = pl.DataFrame(schema=cp.AUDIT_RESULT_SCHEMA)
     empty_fa = pl.DataFrame(schema=cp.FALSE_ACCEPTANCE_SCHEMA)
     html = render_correctness_report(empty_audit, sens, empty_fa, synthetic=False)

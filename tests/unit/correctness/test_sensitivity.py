@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from noisycal_platform.correctness.sensitivity import ranking_reversals, sensitivity_table
+from tests.unit.correctness._frames import auroc_grid
 
 
 def _frames():
@@ -55,14 +56,7 @@ def test_reversal_detected():
 
 
 def test_no_reversal_when_orders_agree():
-    t = pl.DataFrame(
-        {
-            "dataset": ["d"] * 4,
-            "ue_method": ["a", "a", "b", "b"],
-            "criterion": ["f", "g", "f", "g"],
-            "auroc": [0.7, 0.6, 0.5, 0.55],
-        }
-    )
+    t = auroc_grid([0.7, 0.6, 0.5, 0.55])
     assert ranking_reversals(t).height == 0
 
 
