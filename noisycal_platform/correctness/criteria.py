@@ -57,6 +57,36 @@ def _check_labels(candidate_labels: Sequence[str], reference_labels: Sequence[st
         )
 
 
+@dataclass(frozen=True)
+class _SetNotes:
+    """How one criterion words its three set verdicts; templates take n, got, ref, missing, extra."""
+
+    not_one: str
+    same: str
+    differ: str
+
+
+_EM_NOTES = _SetNotes("single-label task needs one label, got {n}", "label sets equal",
+                      "label sets differ (missing {missing}, extra {extra})")
+_NLI_NOTES = _SetNotes("single-label task needs one entailed label, got {n}", "entailed label set equals reference",
+                       "entailed {got} != reference {ref}")
+_JUDGE_NOTES = _SetNotes("single-label task needs one label, judge gave {n}", "judge label set equals reference",
+                         "judge labels {got} != reference {ref}")
+
+
+def _set_verdict(got: frozenset[str] | set[str], reference_labels: Sequence[str], multi_label: bool,
+                 notes: _SetNotes) -> Decision:
+    """Accept iff the predicted label set equals the reference set (seed 002 §2.1); a single-label task
+    needs exactly one predicted label."""
+    if not multi_label and len(got) != 1:
+        return Decision(False, False, notes.not_one.format(n=len(got)))
+    ref = frozenset(reference_labels)
+    if got == ref:
+        return Decision(True, False, notes.same)
+    note = notes.differ.format(got=sorted(got), ref=sorted(ref), missing=sorted(ref - got), extra=sorted(got - ref))
+    return Decision(False, False, note)
+
+
 def exact_match(
     answer: str | None,
     candidate_labels: Sequence[str],
@@ -71,13 +101,7 @@ def exact_match(
     got = canonical_labels(answer, candidate_labels)
     if got is None:
         return Decision(False, True, "answer does not map onto the candidate labels")
-    if not multi_label and len(got) != 1:
-        return Decision(False, False, f"single-label task needs one label, got {len(got)}")
-    ref = frozenset(reference_labels)
-    if got == ref:
-        return Decision(True, False, "label sets equal")
-    missing, extra = sorted(ref - got), sorted(got - ref)
-    return Decision(False, False, f"label sets differ (missing {missing}, extra {extra})")
+    return _set_verdict(got, reference_labels, multi_label, _EM_NOTES)
 
 
 # ---------------------------------------------------------------------------------------------- ROUGE-L
@@ -183,12 +207,7 @@ def nli_decision(
     if probs.shape != (len(candidate_labels),):
         raise ValueError(f"entail_probs must have shape ({len(candidate_labels)},), got {probs.shape}")
     got = frozenset(lab for lab, p in zip(candidate_labels, probs, strict=True) if p >= threshold)
-    if not multi_label and len(got) != 1:
-        return Decision(False, False, f"single-label task needs one entailed label, got {len(got)}")
-    ref = frozenset(reference_labels)
-    if got == ref:
-        return Decision(True, False, "entailed label set equals reference")
-    return Decision(False, False, f"entailed {sorted(got)} != reference {sorted(ref)}")
+    return _set_verdict(got, reference_labels, multi_label, _NLI_NOTES)
 
 
 # ---------------------------------------------------------------------------------------------- LLM judge
@@ -263,12 +282,7 @@ def judge_decision(
         if mapped is None or len(mapped) != 1:
             return Decision(False, True, f"judge named an out-of-space label {lab!r}")
         got |= mapped
-    if not multi_label and len(got) != 1:
-        return Decision(False, False, f"single-label task needs one label, judge gave {len(got)}")
-    ref = frozenset(reference_labels)
-    if got == ref:
-        return Decision(True, False, "judge label set equals reference")
-    return Decision(False, False, f"judge labels {sorted(got)} != reference {sorted(ref)}")
+    return _set_verdict(got, reference_labels, multi_label, _JUDGE_NOTES)
 
 
 @dataclass
