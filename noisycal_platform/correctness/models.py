@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,26 @@ def _torch_threads(n: int | None) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def _in_batches(
+    model: Any,
+    encode: Callable[..., Any],
+    columns: Sequence[Sequence[str]],
+    batch_size: int,
+    torch_threads: int | None,
+    head: Callable[[Any, Any], np.ndarray],
+) -> list[np.ndarray]:
+    """``head(model(**batch), batch)`` for ``batch = encode(*slice)`` over consecutive ``batch_size`` slices of
+    the parallel text ``columns``, in inference mode with ``torch_threads`` intra-op threads."""
+    import torch
+
+    out = []
+    with torch.inference_mode(), _torch_threads(torch_threads):
+        for i in range(0, len(columns[0]), batch_size):
+            batch = encode(*(list(c[i : i + batch_size]) for c in columns))
+            out.append(head(model(**batch), batch))
+    return out
 
 
 def model_sha256(path: str | Path) -> str:
@@ -98,20 +118,16 @@ class EmbeddingModel:
         """(n, d) float32 unit vectors."""
         import torch
 
-        out = []
-        with torch.inference_mode(), _torch_threads(self.torch_threads):
-            for i in range(0, len(texts), self.batch_size):
-                batch = self._tok(
-                    list(texts[i : i + self.batch_size]),
-                    padding=True,
-                    truncation=True,
-                    max_length=256,
-                    return_tensors="pt",
-                )
-                hidden = self._model(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-                emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-                out.append(torch.nn.functional.normalize(emb, dim=-1).float().numpy())
+        def tokenize(batch_texts: list[str]):
+            return self._tok(batch_texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
+
+        def head(result, batch) -> np.ndarray:
+            hidden = result.last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(emb, dim=-1).float().numpy()
+
+        out = _in_batches(self._model, tokenize, [texts], self.batch_size, self.torch_threads, head)
         return np.concatenate(out) if out else np.zeros((0, 1), dtype=np.float32)
 
     def cosine(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
@@ -164,19 +180,13 @@ class NLIModel:
             raise ValueError(
                 f"premises and hypotheses differ in length: {len(premises)} vs {len(hypotheses)}"
             )
-        out = []
-        with torch.inference_mode(), _torch_threads(self.torch_threads):
-            for i in range(0, len(premises), self.batch_size):
-                batch = self._tok(
-                    list(premises[i : i + self.batch_size]),
-                    list(hypotheses[i : i + self.batch_size]),
-                    padding=True,
-                    truncation=True,
-                    max_length=512,
-                    return_tensors="pt",
-                )
-                logits = self._model(**batch).logits
-                out.append(torch.softmax(logits.float(), dim=-1).numpy())
+        def tokenize(p: list[str], h: list[str]):
+            return self._tok(p, h, padding=True, truncation=True, max_length=512, return_tensors="pt")
+
+        def head(result, _batch) -> np.ndarray:
+            return torch.softmax(result.logits.float(), dim=-1).numpy()
+
+        out = _in_batches(self._model, tokenize, [premises, hypotheses], self.batch_size, self.torch_threads, head)
         n_cls = int(self._model.config.num_labels)
         return np.concatenate(out) if out else np.zeros((0, n_cls))
 
@@ -274,13 +284,11 @@ class BEMModel:
         triples = list(zip(questions, references, candidates, strict=True))
         uniq = sorted(set(triples), key=lambda t: (sum(map(len, t)), t))  # similar lengths share a batch
         pos = {t: i for i, t in enumerate(uniq)}
-        out = []
-        with torch.inference_mode(), _torch_threads(self.torch_threads):
-            for i in range(0, len(uniq), self.batch_size):
-                chunk = uniq[i : i + self.batch_size]
-                batch = self._encode([t[0] for t in chunk], [t[1] for t in chunk], [t[2] for t in chunk])
-                logits = self._model(**batch).logits.float()
-                out.append(torch.softmax(logits, dim=-1)[:, self.equivalent_id].numpy().astype(np.float64))
+        def head(result, _batch) -> np.ndarray:
+            return torch.softmax(result.logits.float(), dim=-1)[:, self.equivalent_id].numpy().astype(np.float64)
+
+        columns = [[t[0] for t in uniq], [t[1] for t in uniq], [t[2] for t in uniq]]
+        out = _in_batches(self._model, self._encode, columns, self.batch_size, self.torch_threads, head)
         p = np.concatenate(out) if out else np.zeros(0)
         return p[np.fromiter((pos[t] for t in triples), dtype=np.int64, count=len(triples))]
 
