@@ -165,22 +165,14 @@ def collect_generations(
         eos.add(int(tok.eos_token_id))
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
     gen = torch.Generator(device="cpu").manual_seed(seed)
+    # both decodes return the raw logits of every generated step
+    decode = dict(max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad)
     records = []
     for p in prompts:
         enc = {k: v.to(device) for k, v in _prompt_ids(tok, p).items()}
         n_in = enc["input_ids"].shape[1]
         with torch.inference_mode():
-            out = model.generate(
-                **enc,
-                do_sample=False,
-                max_new_tokens=max_new_tokens,
-                output_logits=True,
-                return_dict_in_generate=True,
-                pad_token_id=pad,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )
+            out = model.generate(**enc, **decode, do_sample=False, temperature=None, top_p=None, top_k=None)
         ids = _trim(out.sequences[0, n_in:].tolist(), eos)
         text, mask = _answer_token_mask(tok, ids)
         top, lse, mean = [], [], []
@@ -196,17 +188,7 @@ def collect_generations(
         for _ in range(n_samples):
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             with torch.inference_mode():
-                s = model.generate(
-                    **enc,
-                    do_sample=True,
-                    temperature=temperature,
-                    top_k=0,
-                    top_p=1.0,
-                    max_new_tokens=max_new_tokens,
-                    output_logits=True,
-                    return_dict_in_generate=True,
-                    pad_token_id=pad,
-                )
+                s = model.generate(**enc, **decode, do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             sids = _trim(s.sequences[0, n_in:].tolist(), eos)
             stext, smask = _answer_token_mask(tok, sids)
             if not sids:
