@@ -167,6 +167,15 @@ def correctness_routes(
             raise refused(404, "There is no audit sample yet (noisycal audit sample).")
         return s
 
+    async def posted(request: Request, fields: set[str]) -> tuple[Any, dict[str, str]]:
+        """The host's checks on an answering POST (origin, login, form limits, CSRF, answering role)."""
+        check_same_origin(request)
+        session = authenticate(request)
+        form = await read_form(request, {"csrf", *fields})
+        check_csrf(session, form)
+        require_answerer(session)
+        return session, form
+
     async def page(request: Request) -> Response:
         session = authenticate(request)
         sample = sample_or_404()
@@ -181,12 +190,7 @@ def correctness_routes(
                       categories=ERROR_CATEGORIES, read_only=session.annotator.role == "admin")
 
     async def answer(request: Request) -> Response:
-        check_same_origin(request)
-        session = authenticate(request)
-        form = await read_form(request, {"csrf", "position", "dataset", "model", "case_id", "answer",
-                                         "error_category"})
-        check_csrf(session, form)
-        require_answerer(session)
+        session, form = await posted(request, {"position", "dataset", "model", "case_id", "answer", "error_category"})
         sample = sample_or_404()
         pos = form.get("position", "")
         if not pos.isdigit() or len(pos) > 12:
@@ -206,11 +210,7 @@ def correctness_routes(
         return RedirectResponse("/correctness", status_code=303)
 
     async def undo(request: Request) -> Response:
-        check_same_origin(request)
-        session = authenticate(request)
-        form = await read_form(request, {"csrf", "undoes"})
-        check_csrf(session, form)
-        require_answerer(session)
+        session, form = await posted(request, {"undoes"})
         undoes = form.get("undoes", "")
         if not _ANSWER_ID_RE.fullmatch(undoes):
             raise refused(422, "Field 'undoes' must be an answer id (32 hex digits).")
