@@ -18,15 +18,14 @@ ties split equally ("majority_vote").
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp, softmax
 
-from ..recalibration import UnboundedObjectiveError
+from ..recalibration import UnboundedObjectiveError, _jsonable
 from ._patterns import as_class_annotations, class_codes
 from .corrected import as_confusion, corrected_onehot
 from .nc_ece import check_probs
@@ -104,18 +103,8 @@ class MulticlassRecalibrator:
         return np.where(tot > 0, q / np.where(tot > 0, tot, 1.0), p)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": _FORMAT,
-            "version": 1,
-            "method": self.method,
-            "params": _jsonable(self.params),
-            "corrected": bool(self.corrected),
-            "target": self.target,
-            "n_fit": int(self.n_fit),
-            "converged": bool(self.converged),
-            "n_iter": int(self.n_iter),
-            "diagnostics": _jsonable(self.diagnostics),
-        }
+        """JSON-able description: every field, in order (format "noisycal.multiclass_recalibrator", version 1)."""
+        return {"format": _FORMAT, "version": 1, **_jsonable(asdict(self))}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> MulticlassRecalibrator:
@@ -133,21 +122,6 @@ class MulticlassRecalibrator:
                 raise ValueError(f"histogram values must be n_bins × C, got shape {v.shape}")
         return cls(method, params, bool(d["corrected"]), str(d["target"]), int(d["n_fit"]), bool(d["converged"]),
                    int(d.get("n_iter", 0)), dict(d.get("diagnostics", {})))
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, np.ndarray)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        v = float(x)
-        return v if math.isfinite(v) else None
-    return x
 
 
 def temperature_loss(theta: float, z: np.ndarray, y: np.ndarray) -> float:
