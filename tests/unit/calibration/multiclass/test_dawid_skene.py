@@ -61,17 +61,12 @@ def test_two_classes_equal_the_binary_dawid_skene_to_1e12():
     np.testing.assert_allclose(m.gaps, b.gaps, rtol=0, atol=1e-12)
 
 
-def test_matches_crowdkit_dawid_skene_2k_items_5_classes():
-    _, _, a, _ = simulate(2_000, 21, accuracy=(0.8, 0.92))
-    fit = estimate_confusion(a)
-    t, prior = _crowdkit_confusion(a, 5, n_iter=150)
-    np.testing.assert_allclose(fit.confusion, t, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(fit.prevalence, prior, rtol=0, atol=1e-4)
-
-
-@pytest.mark.slow
-def test_matches_crowdkit_dawid_skene_10k_items_3_annotators_5_classes():
-    _, _, a, _ = simulate(10_000, 11, accuracy=(0.8, 0.92))
+@pytest.mark.parametrize(
+    ("n_items", "seed"),
+    [pytest.param(2_000, 21, id="2k_items"), pytest.param(10_000, 11, id="10k_items", marks=pytest.mark.slow)],
+)
+def test_matches_crowdkit_dawid_skene_3_annotators_5_classes(n_items, seed):
+    _, _, a, _ = simulate(n_items, seed, accuracy=(0.8, 0.92))
     fit = estimate_confusion(a)
     t, prior = _crowdkit_confusion(a, 5, n_iter=150)
     np.testing.assert_allclose(fit.confusion, t, rtol=0, atol=1e-4)
