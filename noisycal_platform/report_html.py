@@ -76,14 +76,8 @@ def _is_missing(v: object) -> bool:
 
 def fmt_count(v: object) -> str:
     """A count as an integer with thousands separators (``1124250.0`` → ``1,124,250``); a non-integer
-    value (a mean count) falls back to :func:`fmt`."""
-    if _is_missing(v):
-        return MISSING
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, numbers.Integral):
-        return f"{int(v):,}"
-    if isinstance(v, numbers.Real) and math.isfinite(v) and v == round(v):
+    value (a mean count), an integer, a boolean and a missing value are formatted by :func:`fmt`."""
+    if isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral) and math.isfinite(v) and v == round(v):
         return f"{round(v):,}"
     return fmt(v)
 

@@ -263,6 +263,21 @@ def _rescan_exact(
             exact0[rb] = True
 
 
+def _best_per_component(
+    ci: np.ndarray, cand_j: np.ndarray, cand_d: np.ndarray, comp: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Cheapest candidate edge ``ci -> cand_j[ci]`` of each component under the key (d, lo, hi), so ties
+    resolve the same way everywhere. Returns (sel, lo, hi): ``sel`` indexes ``ci``, one per component present;
+    ``lo``/``hi`` are the endpoints (lo < hi) of every edge in ``ci``."""
+    lo = np.minimum(ci, cand_j[ci])
+    hi = np.maximum(ci, cand_j[ci])
+    o = np.lexsort((hi, lo, cand_d[ci], comp[ci]))
+    cc = comp[ci][o]
+    first = np.ones(o.size, bool)
+    first[1:] = cc[1:] != cc[:-1]
+    return o[first], lo, hi
+
+
 def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats."""
     n = x.shape[0]
@@ -299,13 +314,8 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
         best_d = np.full(n_comp, np.inf)
         ci = np.flatnonzero(cert)
         if ci.size:
-            lo = np.minimum(ci, cand_j[ci])
-            hi = np.maximum(ci, cand_j[ci])
-            o = np.lexsort((hi, lo, cand_d[ci], comp[ci]))
-            cc = comp[ci][o]
-            first = np.ones(o.size, bool)
-            first[1:] = cc[1:] != cc[:-1]
-            best_d[cc[first]] = cand_d[ci][o][first]
+            sel, _, _ = _best_per_component(ci, cand_j, cand_d, comp)
+            best_d[comp[ci][sel]] = cand_d[ci][sel]
         need = ~cert & (lower <= best_d[comp])
         giant = np.flatnonzero(sizes * 2 > n)
         skip = np.zeros(n_comp, bool)
@@ -320,13 +330,7 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True
         ci = np.flatnonzero(cert & ~skip[comp])
-        lo = np.minimum(ci, cand_j[ci])
-        hi = np.maximum(ci, cand_j[ci])
-        o = np.lexsort((hi, lo, cand_d[ci], comp[ci]))
-        cc = comp[ci][o]
-        first = np.ones(o.size, bool)
-        first[1:] = cc[1:] != cc[:-1]
-        sel = o[first]
+        sel, lo, hi = _best_per_component(ci, cand_j, cand_d, comp)
         lo, hi, dd = lo[sel], hi[sel], cand_d[ci][sel]
         key = np.unique(lo * n + hi, return_index=True)[1]
         ei.append(lo[key])
