@@ -6,6 +6,8 @@ from pathlib import Path
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]  # BERT's special tokens, [PAD] = id 0
 CLINICAL = ["sepsis", "admit", "discharge", "acute", "kidney", "failure", "none"]
+# one transformer block of width 16: big enough to run every code path, small enough to build in a second
+TINY_SIZES = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
 
 
 def save_wordpiece_tokenizer(path: Path, words: list[str]) -> None:

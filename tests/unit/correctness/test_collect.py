@@ -10,7 +10,7 @@ import pytest
 
 from noisycal_platform.correctness.collect import PromptSpec, collect_generations, write_generations_jsonl
 from noisycal_platform.correctness.io import read_generations
-from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, save_wordpiece_tokenizer
+from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, TINY_SIZES, save_wordpiece_tokenizer
 
 HAS_TRANSFORMERS = all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers"))
 needs_transformers = pytest.mark.skipif(
@@ -38,18 +38,8 @@ def tiny_llama(tmp_path_factory):
     words = [*SPECIAL, "{", "}", '"', ":", ",", ".", "?", "answer", "reasoning", *CLINICAL, "the", "is", "what",
              "which", "disposition", "phenotypes", "chest", "pain", "lactate", "4", "question", "candidate", "labels"]
     save_wordpiece_tokenizer(d, words)
-    cfg = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    cfg = LlamaConfig(vocab_size=len(words), **TINY_SIZES, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=0)
     torch.manual_seed(0)
     LlamaForCausalLM(cfg).save_pretrained(d)
     return d

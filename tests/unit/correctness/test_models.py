@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from noisycal_platform.correctness import pipeline as cp
-from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, save_wordpiece_tokenizer
+from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, TINY_SIZES, save_wordpiece_tokenizer
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,14 +31,7 @@ def _tiny_bert(path, id2label=None, entail_logit=None):
     from transformers import BertConfig, BertForSequenceClassification, BertModel
 
     save_wordpiece_tokenizer(path, WORDS)
-    cfg = BertConfig(
-        vocab_size=len(WORDS),
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=64,
-    )
+    cfg = BertConfig(vocab_size=len(WORDS), **TINY_SIZES, max_position_embeddings=64)
     torch.manual_seed(0)
     if id2label is None:
         BertModel(cfg).save_pretrained(path)
