@@ -48,6 +48,7 @@ __all__ = [
     "calibration_test",
     "debiased_abs_sum",
     "folded_normal_mean",
+    "simulate_answers",
 ]
 
 SUB = 4  # fine bins per evaluation bin (a power of two, so floor(s·4B)//4 == floor(s·B) exactly)
@@ -173,9 +174,7 @@ def _weights_batch(rule: Any, fpr: np.ndarray, fnr: np.ndarray, prevalence: np.n
     return w / w.sum(axis=1, keepdims=True)
 
 
-def _pattern_labels(
-    pats: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, w: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def _pattern_labels(pats: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-pattern corrected labels Ỹ_p = Σ_j w_j [j present](x_pj − a_j)/δ_j / Σ_j w_j [j present], (R, P),
     and the inclusion mask Σ_j w_j [j present] > 0, (R, P) (seed 000 §3)."""
     present = (pats != 2).astype(float)
@@ -272,7 +271,13 @@ def _compress(s: np.ndarray, codes: np.ndarray, groups: np.ndarray, n_groups: in
     keep = (pats[p_idx] != 2).any(axis=1)  # unannotated items are excluded from NC-ECE
     rest = uniq // n_pat
     return _Cells(
-        rest[keep] // n_groups, rest[keep] % n_groups, p_idx[keep], count[keep], ssum[keep], ssq[keep], pats,
+        rest[keep] // n_groups,
+        rest[keep] % n_groups,
+        p_idx[keep],
+        count[keep],
+        ssum[keep],
+        ssq[keep],
+        pats,
         n_groups,
     )
 
@@ -290,10 +295,14 @@ class _Replicates:
         self.n_pat = len(cells.pats)
         self.bin = cells.fine // SUB
         # cells → (group, pattern) for the refits and → (bin, pattern) for the moments
-        self.to_gp = _scatter(np.arange(cells.count.size), cells.group * self.n_pat + cells.pat,
-                              (cells.count.size, cells.n_groups * self.n_pat))
-        self.to_bp = _scatter(np.arange(cells.count.size), self.bin * self.n_pat + cells.pat,
-                              (cells.count.size, n_bins * self.n_pat))
+        self.to_gp = _scatter(
+            np.arange(cells.count.size),
+            cells.group * self.n_pat + cells.pat,
+            (cells.count.size, cells.n_groups * self.n_pat),
+        )
+        self.to_bp = _scatter(
+            np.arange(cells.count.size), self.bin * self.n_pat + cells.pat, (cells.count.size, n_bins * self.n_pat)
+        )
         self.to_b = _scatter(np.arange(cells.count.size), self.bin, (cells.count.size, n_bins))
 
     def channels(self, counts_gp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -307,6 +316,8 @@ class _Replicates:
             prev = _plugin_prevalence_batch(counts_p, self.cells.pats, fpr0, fnr0)
             return fpr0, fnr0, prev, np.ones(r, bool)
         gp = np.asarray(self.fit.diagnostics.get("group_prevalence", (self.fit.prevalence,)), float)
+        if gp.size != self.cells.n_groups:  # a stored fit without per-group prevalences: start from π̂
+            gp = np.full(self.cells.n_groups, self.fit.prevalence)
         x = counts_gp.reshape(r, self.cells.n_groups, self.n_pat)
         prior, fpr, fnr, _ = batched_em(x, self.cells.pats, np.broadcast_to(gp, (r, gp.size)), fpr0, fnr0)
         n_g = x.sum(axis=2)
@@ -345,8 +356,38 @@ class _Replicates:
         return value, moments, mean_y, ok
 
 
-def _null_counts(cells: _Cells, fit: ChannelFit, n_rep: int, rng: np.random.Generator) -> np.ndarray:
-    """(R, C') replicate cell counts under H0, C' = cells of every (fine bin, group, presence set, answers)."""
+def simulate_answers(
+    n_h: np.ndarray,
+    p_pos: np.ndarray,
+    masks: np.ndarray,
+    fpr: np.ndarray,
+    fnr: np.ndarray,
+    k: int,
+    n_rep: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Replicate answer counts for H item sets, each with ``n_h`` items, P(Y = 1) = ``p_pos`` and presence set
+    ``masks`` (bit j = annotator j labelled): positives ~ Binomial(n, p), then the answers of positives and of
+    negatives ~ Multinomial over the 2^K answer vectors (absent annotators fixed), from channels (fpr, fnr).
+
+    Returns counts (R, H·2^K) in (set, answer vector) order and codes (H, 2^K, K): 0/1, 2 = not labelled.
+    """
+    answers = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(bool)  # (2^K, K)
+    pres = ((np.asarray(masks)[:, None] >> np.arange(k)) & 1).astype(bool)  # (H, K)
+
+    def probs(p_one: np.ndarray) -> np.ndarray:  # (H, 2^K): P(answers | Y) with absent annotators fixed at 0
+        p = np.where(answers[None], p_one, 1.0 - p_one)
+        return np.where(pres[:, None, :], p, ~answers[None]).prod(axis=2)
+
+    n_int = np.round(n_h).astype(np.int64)
+    pos = rng.binomial(n_int, np.clip(p_pos, 0.0, 1.0), size=(n_rep, n_int.size))
+    draws = rng.multinomial(pos, probs(1.0 - fnr)) + rng.multinomial(n_int - pos, probs(fpr))  # (R, H, 2^K)
+    codes = np.where(pres[:, None, :], answers[None].astype(np.int64), 2)
+    return draws.reshape(n_rep, -1), codes
+
+
+def _null_counts(cells: _Cells, fit: ChannelFit, n_rep: int, rng: np.random.Generator):
+    """Replicate counts under H0 for every (fine bin, group, presence set): P(Y = 1) = the set's mean score."""
     k = cells.pats.shape[1]
     present = cells.pats[cells.pat] != 2  # (C, K)
     mask = present @ (1 << np.arange(k))  # presence set of each cell
@@ -354,21 +395,8 @@ def _null_counts(cells: _Cells, fit: ChannelFit, n_rep: int, rng: np.random.Gene
     hk, hinv = np.unique(key, return_inverse=True)
     n_h = np.bincount(hinv, weights=cells.count)
     s_h = np.bincount(hinv, weights=cells.ssum) / n_h
-    m_h = hk % (1 << k)
-    answers = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1).astype(float)  # (2^K, K)
-    pres = ((m_h[:, None] >> np.arange(k)) & 1).astype(bool)  # (H, K)
-    a, b = fit.fpr, fit.fnr
-
-    def probs(p_one: np.ndarray) -> np.ndarray:  # (H, 2^K): P(answers | Y) with absent annotators fixed at 0
-        p = np.where(answers[None] == 1, p_one, 1.0 - p_one)  # (1, 2^K, K)
-        p = np.where(pres[:, None, :], p, (answers[None] == 0).astype(float))
-        return p.prod(axis=2)
-
-    p1, p0 = probs(1.0 - b), probs(a)
-    n_int = np.round(n_h).astype(np.int64)
-    pos = rng.binomial(n_int, s_h, size=(n_rep, n_h.size))
-    draws = rng.multinomial(pos, p1) + rng.multinomial(n_int - pos, p0)  # (R, H, 2^K)
-    return draws.reshape(n_rep, -1), hk, answers, pres
+    draws, codes = simulate_answers(n_h, s_h, hk % (1 << k), fit.fpr, fit.fnr, k, n_rep, rng)
+    return draws, hk, codes
 
 
 def calibration_test(
@@ -383,6 +411,7 @@ def calibration_test(
     method: str = "auto",
     seed: int = 0,
     min_gap: float = 0.05,
+    fitted: ChannelFit | None = None,
 ) -> CalibrationTest:
     """Plug-in and debiased NC-ECE, a bootstrap interval, and a test of H0 P(Y = 1 | s) = s (seed 000 §3, §C).
 
@@ -394,7 +423,10 @@ def calibration_test(
     weights : a rule of `aggregation_weights` or an explicit length-K array. With estimated channels the "iv"
         rule uses the fitted prevalence; with supplied ones the plug-in prevalence (as `nc_ece`).
     n_bins : B equal-width bins. n_boot : replicates on each side (bootstrap and null). alpha : test level; the
-        interval has level 1 − alpha.
+        interval has level 1 − alpha. min_gap : refits with a gap ≤ min_gap are unidentified.
+    fitted : channels already estimated from these same annotations (for example a stored channel table, in
+        annotation-column order); used as the point estimate instead of a new fit, and still re-estimated in
+        every replicate. Requires ``channels`` None.
 
     The interval is the basic bootstrap interval (`basic_interval`) of the plug-in NC-ECE; `nc_ece_debiased`
     uses the bootstrap variance of each bin moment (`debiased_abs_sum`). The null distribution is a parametric
@@ -411,11 +443,17 @@ def calibration_test(
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
     if isinstance(weights, str) and weights not in WEIGHT_RULES:
         raise ValueError(f"weights must be one of {WEIGHT_RULES} or an array, got {weights!r}")
+    if fitted is not None and channels is not None:
+        raise ValueError("pass either channels (held fixed) or fitted (re-estimated in replicates), not both")
     refit = channels is None
     groups = np.zeros(s.size, np.int64)
     n_groups = 1
     if refit:
-        fit = estimate_channels(a, scores=s, method=method, seed=seed, min_gap=min_gap)
+        fit = (
+            fitted if fitted is not None else estimate_channels(a, scores=s, method=method, seed=seed, min_gap=min_gap)
+        )
+        if len(fit.channels) != k:
+            raise ValueError(f"fitted has {len(fit.channels)} channels but annotations has {k} columns")
         if fit.method in ("score_group_em", "two_group"):
             groups = score_groups(s, 2)
             n_groups = int(groups.max()) + 1
@@ -431,7 +469,7 @@ def calibration_test(
     boot_rng, null_rng = (np.random.default_rng(q) for q in np.random.SeedSequence(seed).spawn(2))
 
     # bootstrap: resample items through their cells
-    n_items = int(round(cells.count.sum()))
+    n_items = int(cells.count.sum())  # an exact integer held in float64
     counts = boot_rng.multinomial(n_items, cells.count / cells.count.sum(), size=n_boot).astype(float)
     mean_c = cells.ssum / cells.count
     var_c = np.maximum(cells.ssq / cells.count - mean_c**2, 0.0)
@@ -439,10 +477,9 @@ def calibration_test(
     b_val, b_mom, _, b_ok = rep.evaluate(counts, None, ssum)
 
     # null: Y ~ Bernoulli(s), answers from the channels, presence kept
-    draws, hk, answers, pres = _null_counts(cells, fit, n_boot, null_rng)
+    draws, hk, codes = _null_counts(cells, fit, n_boot, null_rng)
     k2 = 1 << k
     fine_g = hk // k2
-    codes = np.where(pres[:, None, :], answers[None].astype(np.int64), 2)  # (H, 2^K, K)
     pat_code = (codes * 3 ** np.arange(k)).sum(axis=2)  # (H, 2^K)
     lut = {int(c): i for i, c in enumerate((cells.pats.astype(np.int64) * 3 ** np.arange(k)).sum(axis=1))}
     null_pats = sorted(set(pat_code.ravel().tolist()) - set(lut))
@@ -463,8 +500,12 @@ def calibration_test(
         n_groups=n_groups,
     )
     nrep = _Replicates(null_cells, n_bins, weights, fit, refit, min_gap)
-    _, inc_point = _pattern_labels(pats_all, fit.fpr[None], fit.fnr[None], _weights_batch(
-        weights, fit.fpr[None], fit.fnr[None], np.array([fit.prevalence]))[:1])
+    _, inc_point = _pattern_labels(
+        pats_all,
+        fit.fpr[None],
+        fit.fnr[None],
+        _weights_batch(weights, fit.fpr[None], fit.fnr[None], np.array([fit.prevalence]))[:1],
+    )
     # scores per bin are fixed under H0; inclusion depends only on who labelled (weights > 0 on presence sets)
     inc_cell = inc_point[0][cells.pat]
     s_bin = np.bincount(cells.fine[inc_cell] // SUB, weights=cells.ssum[inc_cell], minlength=n_bins)
@@ -512,4 +553,3 @@ def calibration_test(
         prevalence=float(fit.prevalence),
         method=fit.method,
     )
-
