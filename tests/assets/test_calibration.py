@@ -73,10 +73,35 @@ def test_warehouse_nc_ece_equals_library_on_the_same_inputs(built):
     chans, weights = table.for_matrix(matrix)
     expected = nc_ece(matrix.scores, matrix.values, chans, weights=weights, n_bins=15)
     stored = _sql(home, "select value from calibration.nc_ece_report where estimator = 'nc_ece'")["value"][0]
-    assert stored == pytest.approx(expected.value, abs=1e-12)
+    assert stored == pytest.approx(expected.value, rel=1e-9, abs=1e-12)
     sql_bins = _sql(home, "select * from calibration.nc_ece_by_bin order by bin")
     assert sql_bins["bin"].to_list() == expected.bins["bin"].to_list()
     np.testing.assert_allclose(sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9)
+
+
+def test_warehouse_interval_and_test_equal_calibration_test(built):
+    """The stored interval, debiased value and p-value are `calibration_test` on the same inputs (one path)."""
+    from noisycal_platform.calibration.tables import nc_ece_calibration_test
+
+    home, result = built
+    ann, preds = _sql(home, "select * from raw.annotations"), _sql(home, "select * from raw.predictions")
+    channels = _sql(home, "select * from calibration.channel_estimates").drop("model_version")
+    stored = _sql(home, "select * from calibration.nc_ece_report where estimator = 'nc_ece'").row(0, named=True)
+    matrix = cal.annotation_matrix(ann, preds.select("item_id", "score"))
+    test = nc_ece_calibration_test(matrix, channels, 15, int(stored["n_bootstrap"]), 0.95, int(stored["seed"]))
+    for column, value in [
+        ("value_debiased", test.nc_ece_debiased),
+        ("ci_low", test.ci_low),
+        ("ci_high", test.ci_high),
+        ("p_value", test.p_value),
+        ("null_q95", test.null_q95),
+    ]:
+        assert stored[column] == pytest.approx(value, rel=1e-9, abs=1e-12), column
+    assert stored["channels_refit"] is True
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    for name in ("calibration_test_not_rejected", "annotators_conditionally_independent", "channels_score_invariant"):
+        assert checks[name].severity == dg.AssetCheckSeverity.WARN
+        assert "p_value" in checks[name].metadata
 
 
 def test_recalibrators_exported_as_json_and_round_trip(built):

@@ -7,14 +7,9 @@ import re
 
 import polars as pl
 
-from noisycal_platform.calibration.pipeline import (
-    annotation_matrix,
-    channel_estimates_table,
-    nc_ece_report_table,
-    recalibration_report_table,
-    recalibrators_table,
-)
+from noisycal_platform.calibration.recalibration_tables import recalibration_report_table, recalibrators_table
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
+from noisycal_platform.calibration.tables import annotation_matrix, channel_estimates_table, nc_ece_report_table
 
 from .test_tables import _frames
 
