@@ -160,35 +160,36 @@ def calibration_test_not_rejected(nc_ece_report: pl.DataFrame) -> dg.AssetCheckR
     return _p_value_check(row["p_value"], {"nc_ece": float(row["value"]), "null_q95": float(q95)})
 
 
-@dg.asset_check(
-    asset=CHANNEL_ESTIMATES,
-    name=ANNOTATORS_CONDITIONALLY_INDEPENDENT,
-    description="WARN when observed pairwise agreement exceeds what channels fitted without that pair imply, "
-    "within score groups (bootstrap p-value; seed 000 §4.1, §D.7: annotators independent given the class).",
-)
-def annotators_conditionally_independent(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
-    row = channel_estimates.row(0, named=True)
-    return _p_value_check(
-        row.get("independence_p_value"),
-        {
-            "statistic": float(row.get("independence_statistic") or float("nan")),
-            "note": row.get("assumption_note") or "",
-        },
-    )
+def _assumption_check(name: str, prefix: str, description: str) -> dg.AssetChecksDefinition:
+    """A WARN check on the channel table's ``<prefix>_statistic`` / ``<prefix>_p_value`` (seed 000 §D.7)."""
+
+    @dg.asset_check(asset=CHANNEL_ESTIMATES, name=name, description=description)
+    def _check(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
+        row = channel_estimates.row(0, named=True)
+        statistic = row.get(f"{prefix}_statistic")
+        return _p_value_check(
+            row.get(f"{prefix}_p_value"),
+            {
+                "statistic": float("nan") if statistic is None else float(statistic),
+                "note": row.get("assumption_note") or "",
+            },
+        )
+
+    return _check
 
 
-@dg.asset_check(
-    asset=CHANNEL_ESTIMATES,
-    name=CHANNELS_SCORE_INVARIANT,
-    description="WARN when an annotator's error rates trend across score groups (bootstrap p-value of the largest "
-    "standardised trend; seed 000 §4.1, §D.7: channels shared across scores).",
+annotators_conditionally_independent = _assumption_check(
+    ANNOTATORS_CONDITIONALLY_INDEPENDENT,
+    "independence",
+    "WARN when observed pairwise agreement exceeds what channels fitted without that pair imply, within score "
+    "groups (bootstrap p-value; seed 000 §4.1, §D.7: annotators independent given the class).",
 )
-def channels_score_invariant(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
-    row = channel_estimates.row(0, named=True)
-    return _p_value_check(
-        row.get("invariance_p_value"),
-        {"statistic": float(row.get("invariance_statistic") or float("nan")), "note": row.get("assumption_note") or ""},
-    )
+channels_score_invariant = _assumption_check(
+    CHANNELS_SCORE_INVARIANT,
+    "invariance",
+    "WARN when an annotator's error rates trend across score groups (bootstrap p-value of the largest standardised "
+    "trend; seed 000 §4.1, §D.7: channels shared across scores).",
+)
 
 
 ALL_CHECKS = [

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from .channels import Channel, ChannelFit, estimate_channels, known_channels
-from .inference import calibration_test
+from .inference import CalibrationTest, calibration_test
 from .nc_ece import bin_index, binned_ece, nc_ece, plugin_prevalence
 from .recalibration import naive_targets
 from .weights import WEIGHT_RULES, aggregation_weights
@@ -26,6 +26,7 @@ __all__ = [
     "channel_estimates_table",
     "channels_from_table",
     "nc_ece_bins_table",
+    "nc_ece_calibration_test",
     "nc_ece_report_table",
 ]
 
@@ -310,7 +311,7 @@ def nc_ece_calibration_test(
     n_bootstrap: int = 500,
     ci_level: float = 0.95,
     seed: int = 0,
-):
+) -> CalibrationTest:
     """`calibration_test` on a matrix with the stored channel fit as point estimate (re-estimated in every
     replicate unless the table holds known channels) and the stored weight rule (else its weights)."""
     ct = _as_channel_table(channel_table)

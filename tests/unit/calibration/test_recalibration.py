@@ -150,3 +150,25 @@ def test_bad_arguments():
         fit_recalibrator(s, a, None)
     with pytest.raises(ValueError, match="naive target"):
         fit_recalibrator(s, a, CH, corrected=False, naive_target="mode")
+
+
+def test_every_small_sample_gets_a_temperature_map_inside_the_box():
+    """30 samples of n = 40 with one a = b = 0.2 annotator: unbounded samples (negative recession slope, counted
+    independently here) get a bounded fit flagged at the bound instead of none; no temperature below the box."""
+    ch = [Channel(0.2, 0.2)]
+    n_unbounded = 0
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        z = rng.normal(0, 1, 40)
+        s = 1 / (1 + np.exp(-z))
+        y = rng.random(40) < s
+        a = np.where(y, rng.random(40) >= 0.2, rng.random(40) < 0.2).astype(float)[:, None]
+        yt = corrected_labels(a, ch, [1.0])
+        unbounded = np.mean(np.maximum(z, 0) - yt * z) < 0
+        n_unbounded += unbounded
+        fit = fit_recalibrator(s, a, ch, method="temperature")
+        assert T_BOUNDS[0] <= fit.params["temperature"] <= T_BOUNDS[1]
+        assert fit.diagnostics["unbounded"] == unbounded
+        if unbounded:
+            assert fit.diagnostics["at_bound"] and not fit.converged
+    assert n_unbounded >= 1  # non-vacuous: the case the compact set exists for occurs among these samples
