@@ -179,3 +179,19 @@ def test_coverage_with_known_channels():
     coverage = np.mean([c.ci_low <= truth <= c.ci_high for c in runs])
     print({"coverage_known": coverage})
     assert coverage >= 0.92
+
+
+def test_two_annotators_refit_with_score_groups():
+    s, a = _sim(3000, 21, fpr=FPR[:2], fnr=FNR[:2])
+    res = calibration_test(s, a, n_boot=100)
+    assert res.method == "score_group_em" and res.channels_refit
+    assert 0 <= res.ci_low <= res.ci_high and 0 < res.p_value <= 1
+    fit = estimate_channels(a, scores=s)
+    w = aggregation_weights(fit.channels, fit.prevalence, "iv")
+    assert res.nc_ece == pytest.approx(nc_ece(s, a, fit.channels, weights=w).value, rel=1e-9)
+
+
+def test_fitted_and_known_channels_are_exclusive():
+    s, a = _sim(300, 2)
+    with pytest.raises(ValueError, match="either channels"):
+        calibration_test(s, a, KNOWN, fitted=estimate_channels(a), n_boot=10)
