@@ -47,15 +47,20 @@ def test_corrected_temperature_recovers_true_temperature():
     assert fit.params["temperature"] == pytest.approx(1.7, abs=0.1)
 
 
+def _small_sample(seed, n=40):
+    """n items, logit z ~ N(0, 1), calibrated, one annotator with a = b = 0.2: (z, s, a, corrected labels)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1, n)
+    s = 1 / (1 + np.exp(-z))
+    y = rng.random(n) < s
+    a = np.where(y, rng.random(n) >= 0.2, rng.random(n) < 0.2).astype(float)[:, None]
+    return z, s, a, corrected_labels(a, [Channel(0.2, 0.2)], [1.0])
+
+
 def test_unbounded_corrected_objective_detected_not_t_zero():
     # n = 40, one annotator a = b = 0.2: find a sample whose recession slope as T → 0 is negative
     for seed in range(100):
-        rng = np.random.default_rng(seed)
-        z = rng.normal(0, 1, 40)
-        s = 1 / (1 + np.exp(-z))
-        y = rng.random(40) < s
-        a = np.where(y, rng.random(40) >= 0.2, rng.random(40) < 0.2).astype(float)[:, None]
-        yt = corrected_labels(a, [Channel(0.2, 0.2)], [1.0])
+        z, s, a, yt = _small_sample(seed)
         slope = np.mean(np.maximum(z, 0) - yt * z)  # lim L(θ)/θ as θ = 1/T → ∞
         if slope < -1e-3:
             break
@@ -158,12 +163,7 @@ def test_every_small_sample_gets_a_temperature_map_inside_the_box():
     ch = [Channel(0.2, 0.2)]
     n_unbounded = 0
     for seed in range(30):
-        rng = np.random.default_rng(seed)
-        z = rng.normal(0, 1, 40)
-        s = 1 / (1 + np.exp(-z))
-        y = rng.random(40) < s
-        a = np.where(y, rng.random(40) >= 0.2, rng.random(40) < 0.2).astype(float)[:, None]
-        yt = corrected_labels(a, ch, [1.0])
+        z, s, a, yt = _small_sample(seed)
         unbounded = np.mean(np.maximum(z, 0) - yt * z) < 0
         n_unbounded += unbounded
         fit = fit_recalibrator(s, a, ch, method="temperature")
