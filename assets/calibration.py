@@ -66,6 +66,15 @@ def channel_estimates(
     )
 
 
+_NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap ran)
+    "nc_ece_debiased": "value_debiased",
+    "ci_low": "ci_low",
+    "ci_high": "ci_high",
+    "p_value": "p_value",
+    "null_q95": "null_q95",
+}
+
+
 @CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
@@ -92,9 +101,7 @@ def nc_ece_report(
         CALIBRATION.tag(table, context.partition_key),
         metadata={
             "nc_ece": float(nc["value"]),
-            "nc_ece_debiased": float(nc["value_debiased"] if nc["value_debiased"] is not None else nc["value"]),
-            "nc_ece_ci": f"[{nc['ci_low'] or float('nan'):.4f}, {nc['ci_high'] or float('nan'):.4f}]",
-            "p_value": float(nc["p_value"] if nc["p_value"] is not None else float("nan")),
+            **{k: float("nan") if nc[c] is None else float(nc[c]) for k, c in _NC_METADATA.items()},
             "n_items": int(nc["n_items"]),
             "estimators": dg.MetadataValue.md(
                 _md_table(table, ["estimator", "annotator_id", "value", "ci_low", "ci_high"])

@@ -144,3 +144,26 @@ def test_nc_ece_limit_is_a_failing_check_when_exceeded(built, tmp_path):
     finally:
         (home / "settings.json").unlink()
     assert pl.read_csv(home / "references" / "labels.csv").height > 0
+
+
+def test_nc_ece_limit_below_the_plugin_but_inside_the_interval_passes(built):
+    """The check fails only on evidence (ci_low > limit): a limit between ci_low and the plug-in value passes."""
+    home, _ = built
+    row = _sql(home, "select value, ci_low from calibration.nc_ece_report where estimator = 'nc_ece'").row(0)
+    value, ci_low = row
+    assert ci_low < value  # the demo's interval leaves room between its lower end and the plug-in
+    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": (ci_low + value) / 2}))
+    try:
+        defs = build_definitions(home)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
+            partition_key="v1",
+            instance=instance_for(home),
+            resources=defs.resources,
+            raise_on_error=False,
+        )
+        checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+        assert checks["nc_ece_within_limit"] is True
+    finally:
+        (home / "settings.json").unlink()
