@@ -399,6 +399,58 @@ def _null_counts(cells: _Cells, fit: ChannelFit, n_rep: int, rng: np.random.Gene
     return draws, hk, codes
 
 
+def _bootstrap_side(cells: _Cells, rep: _Replicates, n_boot: int, rng: np.random.Generator):
+    """Resample the items through their cells (counts multinomial, score sums moment-matched)."""
+    n_items = int(cells.count.sum())  # an exact integer held in float64
+    counts = rng.multinomial(n_items, cells.count / cells.count.sum(), size=n_boot).astype(float)
+    mean_c = cells.ssum / cells.count
+    var_c = np.maximum(cells.ssq / cells.count - mean_c**2, 0.0)
+    ssum = counts * mean_c + np.sqrt(counts * var_c) * rng.standard_normal(counts.shape)
+    return rep.evaluate(counts, None, ssum)
+
+
+def _null_side(
+    cells: _Cells,
+    fit: ChannelFit,
+    n_bins: int,
+    weights: Any,
+    refit: bool,
+    min_gap: float,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """H0 replicates: Y ~ Bernoulli(s), answers from the point-estimate channels, presence kept; scores fixed."""
+    k = cells.pats.shape[1]
+    draws, hk, codes = _null_counts(cells, fit, n_boot, rng)
+    digits = 3 ** np.arange(k)
+    seen = (cells.pats.astype(np.int64) * digits).sum(axis=1)
+    drawn = (codes * digits).sum(axis=2).ravel()  # (H·2^K,) pattern code of every (set, answers) column
+    all_codes = np.concatenate([seen, np.setdiff1d(drawn, seen)])  # patterns the data never showed come last
+    order = np.argsort(all_codes)
+    pats_all = np.stack([(all_codes // 3**j) % 3 for j in range(k)], axis=1).astype(np.int8)
+    h_rep = np.repeat(np.arange(hk.size), 1 << k)
+    fine_g = (hk // (1 << k))[h_rep]
+    zeros = np.zeros(h_rep.size)
+    null_cells = _Cells(
+        fine_g // cells.n_groups,
+        fine_g % cells.n_groups,
+        order[np.searchsorted(all_codes[order], drawn)],
+        zeros,
+        zeros,
+        zeros,
+        pats_all,
+        cells.n_groups,
+    )
+    w0 = _weights_batch(weights, fit.fpr[None], fit.fnr[None], np.array([fit.prevalence]))[:1]
+    inc_cell = _pattern_labels(cells.pats, fit.fpr[None], fit.fnr[None], w0)[1][0][cells.pat]
+    # scores per bin are fixed under H0; inclusion depends only on who labelled (weights > 0 on presence sets)
+    s_bin = np.bincount(cells.fine[inc_cell] // SUB, weights=cells.ssum[inc_cell], minlength=n_bins)
+    n_val, _, n_mean_y, n_ok = _Replicates(null_cells, n_bins, weights, fit, refit, min_gap).evaluate(
+        draws.astype(float), s_bin, None
+    )
+    return n_val, n_mean_y, n_ok
+
+
 def calibration_test(
     scores: Any,
     annotations: Any,
@@ -468,48 +520,8 @@ def calibration_test(
     rep = _Replicates(cells, n_bins, weights, fit, refit, min_gap)
     boot_rng, null_rng = (np.random.default_rng(q) for q in np.random.SeedSequence(seed).spawn(2))
 
-    # bootstrap: resample items through their cells
-    n_items = int(cells.count.sum())  # an exact integer held in float64
-    counts = boot_rng.multinomial(n_items, cells.count / cells.count.sum(), size=n_boot).astype(float)
-    mean_c = cells.ssum / cells.count
-    var_c = np.maximum(cells.ssq / cells.count - mean_c**2, 0.0)
-    ssum = counts * mean_c + np.sqrt(counts * var_c) * boot_rng.standard_normal(counts.shape)
-    b_val, b_mom, _, b_ok = rep.evaluate(counts, None, ssum)
-
-    # null: Y ~ Bernoulli(s), answers from the channels, presence kept
-    draws, hk, codes = _null_counts(cells, fit, n_boot, null_rng)
-    k2 = 1 << k
-    fine_g = hk // k2
-    pat_code = (codes * 3 ** np.arange(k)).sum(axis=2)  # (H, 2^K)
-    lut = {int(c): i for i, c in enumerate((cells.pats.astype(np.int64) * 3 ** np.arange(k)).sum(axis=1))}
-    null_pats = sorted(set(pat_code.ravel().tolist()) - set(lut))
-    pats_all = cells.pats
-    if null_pats:  # patterns that the data never showed but the null can draw
-        extra = np.stack([(np.array(null_pats) // 3**j) % 3 for j in range(k)], axis=1).astype(np.int8)
-        pats_all = np.concatenate([cells.pats, extra])
-        lut.update({c: len(cells.pats) + i for i, c in enumerate(null_pats)})
-    h_rep = np.repeat(np.arange(hk.size), k2)
-    null_cells = _Cells(
-        fine=(fine_g // n_groups)[h_rep],
-        group=(fine_g % n_groups)[h_rep],
-        pat=np.array([lut[int(c)] for c in pat_code.ravel()]),  # loop over ≤ H·2^K cell labels, not items
-        count=np.zeros(h_rep.size),
-        ssum=np.zeros(h_rep.size),
-        ssq=np.zeros(h_rep.size),
-        pats=pats_all,
-        n_groups=n_groups,
-    )
-    nrep = _Replicates(null_cells, n_bins, weights, fit, refit, min_gap)
-    _, inc_point = _pattern_labels(
-        pats_all,
-        fit.fpr[None],
-        fit.fnr[None],
-        _weights_batch(weights, fit.fpr[None], fit.fnr[None], np.array([fit.prevalence]))[:1],
-    )
-    # scores per bin are fixed under H0; inclusion depends only on who labelled (weights > 0 on presence sets)
-    inc_cell = inc_point[0][cells.pat]
-    s_bin = np.bincount(cells.fine[inc_cell] // SUB, weights=cells.ssum[inc_cell], minlength=n_bins)
-    n_val, _, n_mean_y, n_ok = nrep.evaluate(draws.astype(float), s_bin, None)
+    b_val, b_mom, _, b_ok = _bootstrap_side(cells, rep, n_boot, boot_rng)
+    n_val, n_mean_y, n_ok = _null_side(cells, fit, n_bins, weights, refit, min_gap, n_boot, null_rng)
 
     bins = point.bins
     idx = bins["bin"].to_numpy()
