@@ -50,6 +50,24 @@ def built(tmp_path_factory):
     return home, result
 
 
+def _checks_with_limit(home, limit):
+    """Re-materialise calibration/nc_ece_report with settings.json nc_ece_limit = limit; check name → passed."""
+    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": limit}))
+    try:
+        defs = build_definitions(home)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
+            partition_key="v1",
+            instance=instance_for(home),
+            resources=defs.resources,
+            raise_on_error=False,
+        )
+        return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    finally:
+        (home / "settings.json").unlink()
+
+
 def _sql(home, query):
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         return con.execute(query).pl()
@@ -128,21 +146,8 @@ def test_report_written_and_indexed(built):
 
 def test_nc_ece_limit_is_a_failing_check_when_exceeded(built, tmp_path):
     home, _ = built
-    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": 0.0}))
-    try:
-        defs = build_definitions(home)
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
-            partition_key="v1",
-            instance=instance_for(home),
-            resources=defs.resources,
-            raise_on_error=False,
-        )
-        checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-        assert checks["nc_ece_within_limit"] is False
-    finally:
-        (home / "settings.json").unlink()
+    checks = _checks_with_limit(home, 0.0)
+    assert checks["nc_ece_within_limit"] is False
     assert pl.read_csv(home / "references" / "labels.csv").height > 0
 
 
@@ -152,18 +157,4 @@ def test_nc_ece_limit_below_the_plugin_but_inside_the_interval_passes(built):
     row = _sql(home, "select value, ci_low from calibration.nc_ece_report where estimator = 'nc_ece'").row(0)
     value, ci_low = row
     assert ci_low < value  # the demo's interval leaves room between its lower end and the plug-in
-    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": (ci_low + value) / 2}))
-    try:
-        defs = build_definitions(home)
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
-            partition_key="v1",
-            instance=instance_for(home),
-            resources=defs.resources,
-            raise_on_error=False,
-        )
-        checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-        assert checks["nc_ece_within_limit"] is True
-    finally:
-        (home / "settings.json").unlink()
+    assert _checks_with_limit(home, (ci_low + value) / 2)["nc_ece_within_limit"] is True
