@@ -10,7 +10,7 @@ Compression. Ỹ_i depends only on item i's answer pattern, so items are reduced
 
 - bootstrap (items resampled with replacement): cell counts M ~ Multinomial(N, counts/N); the score sum of a
   cell is drawn as M·s̄_c + sqrt(M·v_c)·Z (Z standard normal, v_c the within-cell score variance), which matches
-  the first two moments of the exact resample (the within-cell score spread is at most a quarter bin width);
+  the first two moments of the exact resample (cells are fine bins of width 1/(4B), so the spread is small);
 - null (H0: P(Y=1 | s) = s): per (fine bin, group, set of annotators present) the number of positives is
   Binomial(n, s̄) (the exact Poisson-binomial has the same mean and a variance smaller by Σ(s_i − s̄)² ≤ n·h²/4,
   h = 1/(4B) the fine-bin width), then the answers of positives and negatives are Multinomial over the 2^|J|
@@ -18,7 +18,7 @@ Compression. Ỹ_i depends only on item i's answer pattern, so items are reduced
 Channel refits are Dawid–Skene / score-group EM on the replicate's pattern counts (§F.1), vectorised over
 replicates and warm-started at the point estimate. A replicate whose refit is not finite, has a gap ≤ min_gap,
 or (two annotators) groups whose prevalences differ by ≤ 0.05 is *unidentified*: counted, reported and left
-out of the quantiles.
+out of the quantiles. Both approximations are checked by the coverage and size simulations of the tests.
 
 The per-bin pieces (`debiased_abs_sum`, `basic_interval`, `bootstrap_p_value`) work on arrays of per-bin
 moments and replicate values, not on channel objects, so other label spaces can reuse them.
