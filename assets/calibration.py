@@ -23,10 +23,6 @@ RECALIBRATORS = CALIBRATION.key("recalibrators")
 RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 
 
-def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> "cal.AnnotationMatrix":
-    return cal.annotation_matrix(annotations, predictions.select("item_id", "score"))
-
-
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.select(columns).iter_rows():
@@ -45,10 +41,10 @@ def channel_estimates(
     predictions: pl.DataFrame,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    matrix = _matrix(annotations, predictions)
     try:
-        table = cal.channel_estimates_table(
-            matrix,
+        table = cal.channel_estimates(
+            annotations,
+            predictions,
             method=settings.channel_method,
             weights=settings.weight_rule,
             n_bins=settings.n_bins,
@@ -64,14 +60,26 @@ def channel_estimates(
             "min_gap": float(table["min_gap"][0]),
             "prevalence": float(table["prevalence"][0]),
             "channels": dg.MetadataValue.md(_md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])),
+            "independence_p_value": float(table["independence_p_value"][0]),
+            "invariance_p_value": float(table["invariance_p_value"][0]),
         },
     )
 
 
+_NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap ran)
+    "nc_ece_debiased": "value_debiased",
+    "ci_low": "ci_low",
+    "ci_high": "ci_high",
+    "p_value": "p_value",
+    "null_q95": "null_q95",
+}
+
+
 @CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
-    description="NC-ECE with a bootstrap CI beside naive ECE under majority vote, soft vote and each "
-    "single annotator (seed 000 §3, §6).",
+    description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
+    "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
+    "(seed 000 §3, §C, §6).",
 )
 def nc_ece_report(
     context: dg.AssetExecutionContext,
@@ -80,9 +88,9 @@ def nc_ece_report(
     channel_estimates: pl.DataFrame,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    matrix = _matrix(annotations, predictions)
-    table = cal.nc_ece_report_table(
-        matrix,
+    table = cal.nc_ece_report(
+        annotations,
+        predictions,
         channel_estimates,
         n_bins=settings.n_bins,
         n_bootstrap=settings.n_bootstrap,
@@ -93,7 +101,7 @@ def nc_ece_report(
         CALIBRATION.tag(table, context.partition_key),
         metadata={
             "nc_ece": float(nc["value"]),
-            "nc_ece_ci": f"[{nc['ci_low']:.4f}, {nc['ci_high']:.4f}]",
+            **{k: float("nan") if nc[c] is None else float(nc[c]) for k, c in _NC_METADATA.items()},
             "n_items": int(nc["n_items"]),
             "estimators": dg.MetadataValue.md(
                 _md_table(table, ["estimator", "annotator_id", "value", "ci_low", "ci_high"])
@@ -104,8 +112,9 @@ def nc_ece_report(
 
 @CALIBRATION.asset(
     ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
-    description="Corrected-loss Platt/temperature and projected-histogram recalibrators, plus the naive "
-    "baselines; parameters as JSON (exports/recalibrators/<version>/), never pickles (§5).",
+    description="Corrected-loss Platt/temperature (inside the compact parameter box) and projected-histogram "
+    "recalibrators, plus the naive baselines, fitted with channels from the fit part of the split; parameters as "
+    "JSON (exports/recalibrators/<version>/), never pickles (§5, §E.2, §E.5).",
 )
 def recalibrators(
     context: dg.AssetExecutionContext,
@@ -115,8 +124,14 @@ def recalibrators(
     inbox: InboxResource,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    matrix = _matrix(annotations, predictions)
-    table = cal.recalibrators_table(matrix, channel_estimates, n_bins=settings.n_bins)
+    table = cal.recalibrators(
+        annotations,
+        predictions,
+        channel_estimates,
+        n_bins=settings.n_bins,
+        method=settings.channel_method,
+        seed=settings.seed,
+    )
     folder = inbox.layout.recalibrator_exports / context.partition_key
     for name, params in cal.recalibrator_exports(table).items():
         atomic_write_text(folder / f"{name}.json", json.dumps(params, indent=1, sort_keys=True))
@@ -124,6 +139,7 @@ def recalibrators(
         CALIBRATION.tag(table, context.partition_key),
         metadata={
             "exported_to": str(folder),
+            "regime": str(table["regime"][0]) if table.height else "none",
             "fitted": dg.MetadataValue.md(_md_table(table, ["name", "status", "converged", "n_fit"])),
         },
     )
@@ -135,8 +151,8 @@ def recalibrators(
         "predictions": dg.AssetIn(PREDICTIONS),
         "reference_labels": dg.AssetIn(REFERENCE_LABELS),
     },
-    description="Recalibrators scored on held-out items: NC-ECE, naive ECE and, where clean reference "
-    "labels exist, ECE, log loss and Brier score against them.",
+    description="Recalibrators scored on held-out items with channels not fitted on them (regime column): "
+    "NC-ECE, naive ECE and, where clean reference labels exist, ECE, log loss and Brier score (§E.4).",
 )
 def recalibration_report(
     context: dg.AssetExecutionContext,
@@ -147,10 +163,9 @@ def recalibration_report(
     reference_labels: pl.DataFrame,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    matrix = _matrix(annotations, predictions)
     refs = reference_labels if reference_labels.height else None
-    table = cal.recalibration_report_table(
-        matrix, recalibrators, channel_estimates, references=refs, n_bins=settings.n_bins
+    table = cal.recalibration_report(
+        annotations, predictions, channel_estimates, recalibrators, refs, n_bins=settings.n_bins
     )
     cols = ["name", "n_eval", "nc_ece", "naive_soft_vote_ece"] + (
         ["ece", "log_loss", "brier"] if refs is not None else []

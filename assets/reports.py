@@ -176,6 +176,7 @@ def calibration(
             reference_labels if reference_labels.height else None,
             model_version=version,
             n_bins=settings.n_bins,
+            nc_ece_limit=settings.nc_ece_limit,
         )
         written = _write(layout.reports / "calibration" / f"{version}.html", text)
         rows.append({"report": "calibration", "scope": version, "created": created, **written})

@@ -50,7 +50,10 @@ ASSET_KEYS = [
 ]
 CHECKS = [
     "annotations_contract",
+    "annotators_conditionally_independent",
+    "calibration_test_not_rejected",
     "channel_gap_not_zero",
+    "channels_score_invariant",
     "em_converged",
     "enough_items_per_bin",
     "nc_ece_within_limit",

@@ -1,10 +1,11 @@
 """Noise-corrected calibration of a fixed binary predictor from several noisy annotators (seed 000).
 
 Public API: channels (`Channel`, `ChannelFit`, `estimate_channels`, `NotIdentifiableError`), NC-ECE
-(`binned_ece`, `nc_ece`, `NCECEResult`, `aggregation_weights`), recalibration (`fit_recalibrator`,
-`Recalibrator`), sample regimes (`nc_ece_estimated`), and the frame-in/frame-out pipeline helpers in
-`noisycal_platform.calibration.pipeline` / `.report` used by the Dagster assets.
-No dagster imports here (CONVENTIONS).
+(`binned_ece`, `nc_ece`, `NCECEResult`, `aggregation_weights`), the calibration test with debiased NC-ECE and an
+interval carrying channel-estimation error (`calibration_test`, `CalibrationTest`), assumption checks
+(`assumption_checks`), recalibration (`fit_recalibrator`, `Recalibrator`), sample regimes (`nc_ece_estimated`),
+and one function per Dagster asset in `noisycal_platform.calibration.pipeline` (report: `.report`).
+No dagster imports here.
 """
 
 from .channels import (
@@ -19,6 +20,8 @@ from .channels import (
     two_group,
     two_group_from_moments,
 )
+from .diagnostics import AssumptionChecks, assumption_checks
+from .inference import CalibrationTest, calibration_test
 from .nc_ece import NCECEResult, bin_index, binned_ece, corrected_labels, nc_ece, plugin_prevalence
 from .recalibration import (
     RECALIBRATION_METHODS,
@@ -34,6 +37,8 @@ __all__ = [
     "RECALIBRATION_METHODS",
     "REGIMES",
     "WEIGHT_RULES",
+    "AssumptionChecks",
+    "CalibrationTest",
     "Channel",
     "ChannelFit",
     "NCECEResult",
@@ -42,8 +47,10 @@ __all__ = [
     "RegimeResult",
     "UnboundedObjectiveError",
     "aggregation_weights",
+    "assumption_checks",
     "bin_index",
     "binned_ece",
+    "calibration_test",
     "corrected_labels",
     "corrected_noise_variance",
     "dawid_skene",

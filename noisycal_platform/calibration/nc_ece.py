@@ -29,7 +29,15 @@ from .channels._base import Channel, as_annotation_array
 from .channels.known import as_channels
 from .weights import resolve_weights
 
-__all__ = ["NCECEResult", "bin_index", "binned_ece", "corrected_labels", "nc_ece", "plugin_prevalence"]
+__all__ = [
+    "NC_ECE_BINS_SCHEMA",
+    "NCECEResult",
+    "bin_index",
+    "binned_ece",
+    "corrected_labels",
+    "nc_ece",
+    "plugin_prevalence",
+]
 
 _CHUNK = 1 << 16
 _MAX_CELLS = 1 << 21
@@ -214,6 +222,15 @@ class NCECEResult:
     n_bins: int
 
 
+NC_ECE_BINS_SCHEMA = {
+    "bin": pl.Int64,
+    "n": pl.Int64,
+    "mean_score": pl.Float64,
+    "mean_corrected_label": pl.Float64,
+    "residual": pl.Float64,
+}
+
+
 def _bins_frame(n_k: np.ndarray, sum_s: np.ndarray, sum_y: np.ndarray) -> pl.DataFrame:
     nz = np.flatnonzero(n_k)
     nn = n_k[nz].astype(np.float64)
@@ -226,7 +243,8 @@ def _bins_frame(n_k: np.ndarray, sum_s: np.ndarray, sum_y: np.ndarray) -> pl.Dat
             "mean_score": ms,
             "mean_corrected_label": my,
             "residual": my - ms,
-        }
+        },
+        schema=NC_ECE_BINS_SCHEMA,
     )
 
 

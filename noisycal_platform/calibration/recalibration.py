@@ -5,15 +5,17 @@ Targets (per annotated item): corrected Ỹ_i = Σ_{j∈J_i} w_j (A_ij − a_j)/
 present) or the majority vote (ties → 0.5).
 
 - "platt": p = σ(α·z + β), z = logit(clip(s, ε, 1 − ε)); minimises the corrected log loss
-  mean_i[log(1 + e^{t_i}) − Ỹ_i t_i] over the box α, β ∈ [−20, 20] (§5.1, §E.2).
-- "temperature": p = σ(z/T), T ∈ [0.01, 100], same loss (convex in θ = 1/T).
+  mean_i[log(1 + e^{t_i}) − Ỹ_i t_i] over the compact box α, β ∈ [−20, 20] (§5.1, §E.2).
+- "temperature": p = σ(z/T) over the compact set T ∈ [0.25, 20], same loss (convex in θ = 1/T).
 - "histogram": projected histogram p_k = clip(mean_{i∈k} Ỹ_i, 0, 1) with bin(s) = min(floor(s·B), B−1)
   (§5.2); an empty bin predicts its midpoint (k + 0.5)/B.
 
 The corrected log loss is convex for every real Ỹ but can be unbounded below in finite samples (§E.2):
 along a direction d of the parameters its recession slope is g(d) = mean_i[(d·x_i)⁺ − Ỹ_i (d·x_i)]
-(x_i = (z_i, 1) for Platt, z_i for temperature with T → 0). If some g(d) < 0 we raise
-`UnboundedObjectiveError` instead of returning a boundary fit such as T ≈ 0.
+(x_i = (z_i, 1) for Platt, z_i for temperature with T → 0). The seed's remedy (§E.2) is a compact parameter
+set: the loss is always minimised inside the box, and ``diagnostics`` records ``unbounded`` (some g(d) < 0, so
+the unconstrained minimiser does not exist) and ``at_bound`` (the optimum lies on the box boundary). T never
+goes below 0.25.
 """
 
 from __future__ import annotations
@@ -44,12 +46,13 @@ RECALIBRATION_METHODS = ("platt", "temperature", "histogram")
 NAIVE_TARGETS = ("soft_vote", "majority_vote")
 LOGIT_CLIP = 1e-6
 PLATT_BOUND = 20.0
-T_BOUNDS = (0.01, 100.0)
+T_BOUNDS = (0.25, 20.0)  # compact temperature set (seed 000 §E.2); T ≈ 0 is excluded
 _FORMAT = "noisycal.recalibrator"
 
 
 class UnboundedObjectiveError(ValueError):
-    """The corrected empirical log loss has no minimiser (it decreases without bound along a direction)."""
+    """The corrected empirical log loss has no minimiser. Kept for callers; `fit_recalibrator` now minimises
+    inside the compact parameter set instead of raising it."""
 
 
 def _logit(s: np.ndarray, clip: float) -> np.ndarray:
@@ -175,9 +178,7 @@ class Recalibrator:
             if key not in params:
                 raise ValueError(f"params of a {method} recalibrator need {key!r}, got {sorted(params)}")
         if method == "histogram" and len(params["values"]) != int(params["n_bins"]):
-            raise ValueError(
-                f"histogram values has {len(params['values'])} entries, n_bins={params['n_bins']}"
-            )
+            raise ValueError(f"histogram values has {len(params['values'])} entries, n_bins={params['n_bins']}")
         if method == "temperature" and not float(params["temperature"]) > 0:
             raise ValueError(f"temperature must be > 0, got {params['temperature']!r}")
         return cls(
@@ -234,9 +235,8 @@ def fit_recalibrator(
     corrected : True → corrected labels; False → ``naive_target`` ("soft_vote" or "majority_vote").
     n_bins : bins of the histogram method. weights, prevalence : aggregation as in `nc_ece`.
 
-    Raises
-    ------
-    UnboundedObjectiveError : the corrected log loss is unbounded below (platt / temperature).
+    A corrected loss that is unbounded below is minimised inside the compact box (§E.2); the result's
+    ``diagnostics["unbounded"]`` and ``["at_bound"]`` say so and ``converged`` is False at a bound.
     """
     if method not in RECALIBRATION_METHODS:
         raise ValueError(f"method must be one of {RECALIBRATION_METHODS}, got {method!r}")
@@ -280,41 +280,27 @@ def fit_recalibrator(
     z = _logit(s, LOGIT_CLIP)
     if method == "temperature":
         slope, _ = recession_slope_min(z, y)
-        if slope < -1e-12:
-            raise UnboundedObjectiveError(
-                f"corrected log loss for temperature scaling is unbounded below as T → 0 (slope "
-                f"{slope:.4g} < 0 on n={n} items): the corrected labels are too noisy for this sample. "
-                "Use more "
-                "annotated items, the projected histogram, or Platt scaling"
-            )
+        lo, hi = 1.0 / T_BOUNDS[1], 1.0 / T_BOUNDS[0]
         res = minimize_scalar(
             lambda th: _loss_grad(np.array([th]), z[:, None], y)[0],
-            bounds=(1.0 / T_BOUNDS[1], 1.0 / T_BOUNDS[0]),
+            bounds=(lo, hi),
             method="bounded",
             options={"xatol": 1e-10, "maxiter": 500},
         )
         theta = float(res.x)
-        at_bound = bool(min(abs(theta - 1.0 / T_BOUNDS[1]), abs(theta - 1.0 / T_BOUNDS[0])) < 1e-6)
+        loss = float(res.fun)
+        for edge in (lo, hi):  # the bounded scalar search never evaluates the end points themselves
+            edge_loss = _loss_grad(np.array([edge]), z[:, None], y)[0]
+            if edge_loss <= loss:
+                theta, loss = edge, edge_loss
+        at_bound = bool(min(abs(theta - lo), abs(theta - hi)) < 1e-6)
         params = {"temperature": 1.0 / theta, "clip": LOGIT_CLIP}
-        diag = {"loss": float(res.fun), "at_bound": at_bound, "min_recession_slope": slope}
+        diag = {"loss": loss, "at_bound": at_bound, "unbounded": bool(slope < -1e-12), "min_recession_slope": slope}
         return Recalibrator(
-            "temperature",
-            params,
-            corrected,
-            target,
-            n,
-            bool(res.success) and not at_bound,
-            int(res.nfev),
-            diag,
+            "temperature", params, corrected, target, n, bool(res.success) and not at_bound, int(res.nfev), diag
         )
     x = np.column_stack([z, np.ones_like(z)])
-    slope, direction = recession_slope_min(x, y)
-    if slope < -1e-12:
-        raise UnboundedObjectiveError(
-            f"corrected log loss for Platt scaling is unbounded below along (α, β) ∝ "
-            f"({direction[0]:.3g}, {direction[1]:.3g}) (slope {slope:.4g} < 0 on n={n} items): the corrected "
-            "labels are too noisy for this sample. Use more annotated items or the projected histogram"
-        )
+    slope, _ = recession_slope_min(x, y)
     res = minimize(
         _loss_grad,
         np.array([1.0, 0.0]),
@@ -327,7 +313,10 @@ def fit_recalibrator(
     alpha, beta = (float(v) for v in res.x)
     at_bound = bool(np.any(np.abs(res.x) > PLATT_BOUND - 1e-6))
     params = {"alpha": alpha, "beta": beta, "clip": LOGIT_CLIP}
-    diag = {"loss": float(res.fun), "at_bound": at_bound, "min_recession_slope": slope}
-    return Recalibrator(
-        "platt", params, corrected, target, n, bool(res.success) and not at_bound, int(res.nit), diag
-    )
+    diag = {
+        "loss": float(res.fun),
+        "at_bound": at_bound,
+        "unbounded": bool(slope < -1e-12),
+        "min_recession_slope": slope,
+    }
+    return Recalibrator("platt", params, corrected, target, n, bool(res.success) and not at_bound, int(res.nit), diag)

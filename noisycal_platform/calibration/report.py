@@ -7,18 +7,25 @@ Pure functions of the pipeline frames (see `pipeline`); matplotlib is imported l
 from __future__ import annotations
 
 import html
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from noisycal_platform import report_html
 
+from .inference import CalibrationTest
 from .nc_ece import bin_index
 from .recalibration import naive_targets
 from .recalibration_tables import holdout_mask, recalibrators_from_table
-from .tables import AnnotationMatrix, _as_channel_table
+from .tables import AnnotationMatrix, _as_channel_table, nc_ece_calibration_test
 
-__all__ = ["calibration_summary_markdown", "render_calibration_report"]
+__all__ = [
+    "calibration_summary_markdown",
+    "calibration_verdict",
+    "recommended_recalibrator",
+    "render_calibration_report",
+]
 
 
 # the report kit's formatters (one rule for every report; names kept for the code below)
@@ -37,13 +44,36 @@ def _bin_curve(p: np.ndarray, y: np.ndarray, n_bins: int) -> tuple[np.ndarray, n
     return sp[nz] / n[nz], sy[nz] / n[nz], n[nz]
 
 
-def _reliability_figure(panels: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray, str]]]]) -> str:
-    """Reliability panels, one per (title, curves); curve = (label, mean prediction, mean label, style)."""
+def _reliability_figure(
+    panels: list[tuple[str, list[tuple[str, np.ndarray, np.ndarray, str]]]], band: pl.DataFrame | None = None
+) -> str:
+    """Reliability panels, one per (title, curves); curve = (label, mean prediction, mean label, style).
+
+    ``band`` (first panel): per bin, the 2.5–97.5% range of the mean corrected label that a calibrated predictor
+    shows under the same channels and missingness (`CalibrationTest.bins` null_low / null_high), shaded over the
+    bin, with the bin's item count written under it.
+    """
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(5.0 * len(panels), 4.6))
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (title, curves) in zip(axes, panels, strict=True):
+    for i, (ax, (title, curves)) in enumerate(zip(axes, panels, strict=True)):
+        if band is not None and i == 0 and band.height:
+            n_bins = int(band["n_bins"][0])
+            lo, hi = band["null_low"].to_numpy(), band["null_high"].to_numpy()
+            left = band["bin"].to_numpy() / n_bins
+            ax.bar(
+                left,
+                hi - lo,
+                bottom=lo,
+                width=1 / n_bins,
+                align="edge",
+                color="tab:green",
+                alpha=0.18,
+                label="calibrated predictor, same channels (95%)",
+            )
+            for x, n in zip(left, band["n"].to_list(), strict=True):
+                ax.text(x + 0.5 / n_bins, -0.085, str(n), ha="center", fontsize=6, color="0.35")
         ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--", label="perfect calibration")
         for label, x, y, style in curves:
             ax.plot(x, y, style, label=label, ms=4, lw=1.2)
@@ -57,6 +87,51 @@ def _reliability_figure(panels: list[tuple[str, list[tuple[str, np.ndarray, np.n
     return _png(fig)
 
 
+def calibration_verdict(nc_row: dict[str, Any], limit: float | None) -> str:
+    """Plain-language verdict on the NC-ECE row against the clinic's limit: "above the limit" when the interval's
+    lower end exceeds it, "within the limit" when its upper end does not, else "not enough evidence"."""
+    value, lo, hi = nc_row.get("value"), nc_row.get("ci_low"), nc_row.get("ci_high")
+    if limit is None:
+        return "no NC-ECE limit is set (settings.json nc_ece_limit)"
+    if lo is None or hi is None:
+        return f"no interval stored; the plug-in NC-ECE {_fmt(value)} is compared with the limit {_fmt(limit)}"
+    kind = report_html.ci_verdict(value, lo, hi, limit)  # the one verdict rule, shared with the index page
+    if kind == "above":
+        return (
+            f"above the limit: NC-ECE is at least {_fmt(lo)} (95% interval {_fmt(lo)}–{_fmt(hi)}), "
+            f"more than the limit {_fmt(limit)}"
+        )
+    if kind == "within":
+        return f"within the limit: NC-ECE is at most {_fmt(hi)} (95% interval), below the limit {_fmt(limit)}"
+    return (
+        f"not enough evidence: the 95% interval {_fmt(lo)}–{_fmt(hi)} contains the limit {_fmt(limit)}; "
+        "more annotated items would narrow it"
+    )
+
+
+def recommended_recalibrator(recalibration_report: pl.DataFrame | None) -> str:
+    """The corrected recalibrator with the lowest held-out error (reference ECE where references exist, else
+    NC-ECE), if it beats the base scores; plain language, with the sample regime that scored it."""
+    if recalibration_report is None or not recalibration_report.height:
+        return "no recalibrator was evaluated"
+    col = "ece" if recalibration_report["ece"].null_count() < recalibration_report.height else "nc_ece"
+    regime = str(recalibration_report["regime"][0]) if "regime" in recalibration_report.columns else "reuse"
+    base = recalibration_report.filter(pl.col("name") == "base")[col]
+    cands = recalibration_report.filter(pl.col("corrected").fill_null(False)).sort(col, nulls_last=True)
+    where = f"held-out {col}, regime {regime}" + (
+        ": channels and maps fitted on the other half"
+        if regime == "split"
+        else ": channels also fitted on the held-out items"
+    )
+    if not cands.height or (base.len() and base[0] is not None and cands[col][0] >= base[0]):
+        return f"keep the scores as they are: no corrected recalibrator beats them ({where})"
+    best = cands.row(0, named=True)
+    return (
+        f"{best['name']}: {col} {_fmt(best[col])} against {_fmt(base[0] if base.len() else None)} for the "
+        f"scores as they are ({where})"
+    )
+
+
 def render_calibration_report(
     matrix: AnnotationMatrix,
     channel_table: pl.DataFrame,
@@ -66,12 +141,15 @@ def render_calibration_report(
     references: pl.DataFrame | None = None,
     model_version: str = "",
     n_bins: int = 15,
+    nc_ece_limit: float | None = None,
 ) -> str:
-    """Self-contained HTML: channel table, NC-ECE vs naive ECEs, reliability diagrams, recalibration results.
+    """Self-contained HTML: verdict, channel table, NC-ECE vs naive ECEs, reliability diagrams, recalibration.
 
-    Reliability diagram 1 (all scored items): per bin, mean corrected label (NC), soft vote (naive) and the
-    reference label where ``references`` is given. Diagram 2 (held-out items, `holdout_mask`): every fitted
-    recalibrator, against reference labels when available, else against corrected labels.
+    Verdict: `calibration_verdict` against ``nc_ece_limit`` and `recommended_recalibrator`. Reliability diagram 1
+    (all scored items): per bin, mean corrected label (NC), soft vote (naive) and the reference label where
+    ``references`` is given, over the band a calibrated predictor fills under the same channels (from
+    `calibration_test` with the stored bootstrap size and seed), with bin counts. Diagram 2 (held-out items,
+    `holdout_mask`): every fitted recalibrator, against reference labels when available, else corrected labels.
     """
     if matrix.scores is None:
         raise ValueError("matrix has no scores; build it with predictions")
@@ -84,9 +162,7 @@ def render_calibration_report(
     soft = naive_targets(matrix.values, "soft_vote")
     ref = None
     if references is not None and references.height:
-        lut = dict(
-            zip(references["item_id"].cast(pl.Utf8).to_list(), references["label"].to_list(), strict=True)
-        )
+        lut = dict(zip(references["item_id"].cast(pl.Utf8).to_list(), references["label"].to_list(), strict=True))
         ref = np.array([lut.get(i, np.nan) for i in matrix.item_ids], dtype=float)
     curves = [
         ("noise-corrected label (NC)", *_bin_curve(s, ytil, n_bins)[:2], "o-"),
@@ -94,7 +170,20 @@ def render_calibration_report(
     ]
     if ref is not None:
         curves.append(("reference label", *_bin_curve(s, ref, n_bins)[:2], "^:"))
-    fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)])
+    nc_rows = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
+    nc_row = nc_rows.row(0, named=True) if nc_rows.height else {}
+    test: CalibrationTest | None = None
+    if int(nc_row.get("n_bootstrap") or 0) > 0:
+        test = nc_ece_calibration_test(
+            matrix,
+            ct,
+            n_bins,
+            int(nc_row["n_bootstrap"]),
+            float(nc_row.get("ci_level") or 0.95),
+            int(nc_row.get("seed") or 0),
+        )
+    band = test.bins.with_columns(pl.lit(n_bins).alias("n_bins")) if test is not None else None
+    fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)], band)
     fig2 = ""
     if recalibrators is not None and recalibrators.height:
         ev = holdout_mask(matrix.item_ids)
@@ -105,11 +194,7 @@ def render_calibration_report(
         for corrected in (True, False):
             curves2 = [base]
             for (name, r), style in zip(
-                (
-                    (k, v)
-                    for k, v in recalibrators_from_table(recalibrators).items()
-                    if v.corrected == corrected
-                ),
+                ((k, v) for k, v in recalibrators_from_table(recalibrators).items() if v.corrected == corrected),
                 ("o-", "s-", "^-", "v-", "x-"),
                 strict=False,
             ):
@@ -126,6 +211,11 @@ def render_calibration_report(
         "text-align:right}th{background:#f3f3f3}img{border:1px solid #eee;margin:4px}"
         ".note{color:#555;font-size:13px}</style></head><body>",
         f"<h1>Calibration report — model {html.escape(model_version)}</h1>",
+        "<h2>Verdict</h2>",
+        f"<p><b>Calibration against the clinic's limit:</b> {html.escape(calibration_verdict(nc_row, nc_ece_limit))}."
+        "</p>",
+        _test_sentence(nc_row),
+        f"<p><b>Recommended recalibrator:</b> {html.escape(recommended_recalibrator(recalibration_report))}.</p>",
         f"<p class='note'>{len(matrix.item_ids)} scored items, {len(matrix.annotator_ids)} annotators; "
         f"{matrix.n_scored_unannotated} scored items without annotation (excluded), "
         f"{matrix.n_annotated_unscored} annotated items without score (ignored). Bins: bin = "
@@ -163,20 +253,54 @@ def render_calibration_report(
                 "min_items_per_bin",
             ],
         ),
-        "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (seed 000 §2.2); the CI is a "
-        "percentile bootstrap over items with the channels held fixed.</p>",
+        "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (seed 000 §2.2). For NC-ECE, "
+        "value is the plug-in estimate, value_debiased removes most of its upward bias (Kumar, Liang &amp; Ma "
+        "2019), and the interval is a basic bootstrap whose replicates re-estimate the channels; naive rows use "
+        "a percentile bootstrap over items.</p>",
         f"<img alt='reliability diagram' src='{fig1}'>",
+        "<p class='note'>Shaded: per bin, where the mean corrected label of a calibrated predictor falls 95% of "
+        "the time with these scores, channels and missingness; numbers under the bins are item counts.</p>",
     ]
+    if test is not None:
+        parts += [
+            "<h3>Bins</h3>",
+            _html_table(test.bins, ["bin", "n", "mean_score", "mean_corrected_label", "null_low", "null_high"]),
+        ]
     if fig2:
         parts.append(f"<img alt='recalibration reliability diagram' src='{fig2}'>")
     if recalibration_report is not None and recalibration_report.height:
-        parts += ["<h2>Recalibration (held-out items)</h2>", _html_table(recalibration_report)]
+        regime = str(recalibration_report["regime"][0]) if "regime" in recalibration_report.columns else "reuse"
+        parts += [
+            "<h2>Recalibration (held-out items)</h2>",
+            f"<p class='note'>Sample regime: <b>{html.escape(regime)}</b> — "
+            + (
+                "channels, weights and recalibrators were fitted on one half of the items and scored on the other "
+                "(seed 000 §E.5)."
+                if regime == "split"
+                else "the fit half could not identify the channels alone, "
+                "so the held-out items were scored with channels fitted on all items (§C.3)."
+            )
+            + "</p>",
+            _html_table(recalibration_report),
+        ]
     if recalibrators is not None:
         refused = recalibrators.filter(pl.col("status") != "ok")
         if refused.height:
             parts += ["<h3>Refused fits</h3>", _html_table(refused, ["name", "status", "message"])]
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def _test_sentence(nc_row: dict[str, Any]) -> str:
+    if nc_row.get("p_value") is None:
+        return ""
+    verdict = "not consistent" if nc_row["p_value"] < 0.05 else "consistent"
+    return (
+        f"<p><b>Calibration test:</b> a calibrated predictor scored by these annotators would show an NC-ECE of "
+        f"at most {_fmt(nc_row['null_q95'])} in 95% of samples; this model shows {_fmt(nc_row['value'])} "
+        f"(debiased {_fmt(nc_row['value_debiased'])}), {verdict} with calibration (p = {_fmt(nc_row['p_value'])})."
+        "</p>"
+    )
 
 
 def calibration_summary_markdown(
@@ -190,17 +314,15 @@ def calibration_summary_markdown(
     nc = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
     if nc.height:
         r = nc.row(0, named=True)
-        lines.append(
-            f"- NC-ECE: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})"
-        )
+        lines.append(f"- NC-ECE: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})")
+        if r.get("p_value") is not None:
+            lines.append(f"- debiased {_fmt(r['value_debiased'])}; calibration test p = {_fmt(r['p_value'])}")
     for r in nc_ece_report.filter(pl.col("estimator") != "nc_ece").iter_rows(named=True):
         who = r["annotator_id"] or r["estimator"].removeprefix("naive_")
         lines.append(f"- naive ECE ({who}): {_fmt(r['value'])}")
     lines += ["", "| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
     for r in channel_table.iter_rows(named=True):
-        lines.append(
-            f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |"
-        )
+        lines.append(f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |")
     if recalibration_report is not None and recalibration_report.height:
         col = "ece" if recalibration_report["ece"].null_count() < recalibration_report.height else "nc_ece"
         best = recalibration_report.sort(col, nulls_last=True).row(0, named=True)

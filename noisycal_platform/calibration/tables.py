@@ -12,17 +12,21 @@ import numpy as np
 import polars as pl
 
 from .channels import Channel, ChannelFit, estimate_channels, known_channels
-from .nc_ece import bin_index, binned_ece, corrected_labels, nc_ece, plugin_prevalence
+from .inference import CalibrationTest, calibration_test
+from .nc_ece import bin_index, binned_ece, nc_ece, plugin_prevalence
 from .recalibration import naive_targets
 from .weights import WEIGHT_RULES, aggregation_weights
 
 __all__ = [
+    "CHANNEL_TABLE_SCHEMA",
+    "NC_ECE_REPORT_SCHEMA",
     "AnnotationMatrix",
     "ChannelTable",
     "annotation_matrix",
     "channel_estimates_table",
     "channels_from_table",
     "nc_ece_bins_table",
+    "nc_ece_calibration_test",
     "nc_ece_report_table",
 ]
 
@@ -72,25 +76,19 @@ def annotation_matrix(annotations: pl.DataFrame, predictions: pl.DataFrame | Non
         raise ValueError("annotations is empty")
     bad = ann.filter(~pl.col("label").is_in([0.0, 1.0]) | pl.col("label").is_null())
     if bad.height:
-        raise ValueError(
-            f"annotations label must be 0 or 1, got {bad['label'][0]!r} (item {bad['item_id'][0]!r})"
-        )
+        raise ValueError(f"annotations label must be 0 or 1, got {bad['label'][0]!r} (item {bad['item_id'][0]!r})")
     dup = ann.filter(pl.struct("item_id", "annotator_id").is_duplicated())
     if dup.height:
         raise ValueError(
-            "annotations has duplicate (item_id, annotator_id) = "
-            f"({dup['item_id'][0]!r}, {dup['annotator_id'][0]!r})"
+            f"annotations has duplicate (item_id, annotator_id) = ({dup['item_id'][0]!r}, {dup['annotator_id'][0]!r})"
         )
     annotated = ann["item_id"].unique()
     if predictions is not None:
         _require(predictions, "predictions", ("item_id", "score"))
-        pred = predictions.select(pl.col("item_id").cast(pl.Utf8), pl.col("score").cast(pl.Float64)).sort(
-            "item_id"
-        )
+        pred = predictions.select(pl.col("item_id").cast(pl.Utf8), pl.col("score").cast(pl.Float64)).sort("item_id")
         if pred["item_id"].is_duplicated().any():
             raise ValueError(
-                "predictions has duplicate item_id "
-                f"{pred.filter(pl.col('item_id').is_duplicated())['item_id'][0]!r}"
+                f"predictions has duplicate item_id {pred.filter(pl.col('item_id').is_duplicated())['item_id'][0]!r}"
             )
         s = pred["score"].to_numpy()
         if s.size == 0 or not (np.all(s >= 0) and np.all(s <= 1)):
@@ -112,6 +110,47 @@ def annotation_matrix(annotations: pl.DataFrame, predictions: pl.DataFrame | Non
     n_unscored = int((~annotated.is_in(items.implode())).sum()) if predictions is not None else 0
     n_unann = int(np.isnan(values).all(axis=1).sum())
     return AnnotationMatrix(tuple(items.to_list()), annot_ids, values, scores, n_unscored, n_unann)
+
+
+CHANNEL_TABLE_SCHEMA = {
+    "annotator_id": pl.Utf8,
+    "fpr": pl.Float64,
+    "fnr": pl.Float64,
+    "gap": pl.Float64,
+    "weight": pl.Float64,
+    "n_labels": pl.Int64,
+    "method": pl.Utf8,
+    "converged": pl.Boolean,
+    "prevalence": pl.Float64,
+    "min_gap": pl.Float64,
+    "log_likelihood": pl.Float64,
+    "n_iter": pl.Int64,
+    "starts_accepted": pl.Int64,
+    "n_items": pl.Int64,
+    "weight_rule": pl.Utf8,
+    "n_bins": pl.Int64,
+    "min_items_per_bin": pl.Int64,
+}
+
+NC_ECE_REPORT_SCHEMA = {
+    "estimator": pl.Utf8,
+    "annotator_id": pl.Utf8,
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "n_items": pl.Int64,
+    "n_excluded": pl.Int64,
+    "n_bins": pl.Int64,
+    "min_items_per_bin": pl.Int64,
+    "n_bootstrap": pl.Int64,
+    "ci_level": pl.Float64,
+    "value_debiased": pl.Float64,
+    "p_value": pl.Float64,
+    "null_q95": pl.Float64,
+    "channels_refit": pl.Boolean,
+    "n_unidentified": pl.Int64,
+    "seed": pl.Int64,
+}
 
 
 def _min_items_per_bin(scores: np.ndarray | None, values: np.ndarray, n_bins: int) -> int | None:
@@ -160,30 +199,32 @@ def channel_estimates_table(
         )
     w = aggregation_weights(fit.channels, fit.prevalence, rule=weights)
     d = fit.diagnostics
-    k = len(matrix.annotator_ids)
-    return pl.DataFrame(
+    shared = {
+        "method": fit.method,
+        "converged": bool(fit.converged),
+        "prevalence": float(fit.prevalence),
+        "min_gap": float(d["min_gap"]),
+        "log_likelihood": float(d.get("log_likelihood", float("nan"))),
+        "n_iter": int(d.get("n_iter", 0)),
+        "starts_accepted": int(d.get("starts_accepted", 0)),
+        "n_items": int(d.get("n_items", 0)),
+        "weight_rule": weights,
+        "n_bins": int(n_bins),
+        "min_items_per_bin": _min_items_per_bin(matrix.scores, matrix.values, n_bins),
+    }
+    rows = [
         {
-            "annotator_id": list(matrix.annotator_ids),
-            "fpr": fit.fpr,
-            "fnr": fit.fnr,
-            "gap": fit.gaps,
-            "weight": w,
-            "n_labels": matrix.n_labels.astype(np.int64),
-            "method": [fit.method] * k,
-            "converged": [bool(fit.converged)] * k,
-            "prevalence": [float(fit.prevalence)] * k,
-            "min_gap": [float(d["min_gap"])] * k,
-            "log_likelihood": [float(d.get("log_likelihood", float("nan")))] * k,
-            "n_iter": [int(d.get("n_iter", 0))] * k,
-            "starts_accepted": [int(d.get("starts_accepted", 0))] * k,
-            "n_items": [int(d.get("n_items", 0))] * k,
-            "weight_rule": [weights] * k,
-            "n_bins": [int(n_bins)] * k,
-            "min_items_per_bin": pl.Series(
-                [_min_items_per_bin(matrix.scores, matrix.values, n_bins)] * k, dtype=pl.Int64
-            ),
+            "annotator_id": a,
+            "fpr": c.fpr,
+            "fnr": c.fnr,
+            "gap": c.gap,
+            "weight": float(wj),
+            "n_labels": int(nl),
+            **shared,
         }
-    )
+        for a, c, wj, nl in zip(matrix.annotator_ids, fit.channels, w, matrix.n_labels, strict=True)
+    ]
+    return pl.DataFrame(rows, schema=CHANNEL_TABLE_SCHEMA)
 
 
 @dataclass(frozen=True, eq=False)
@@ -196,6 +237,7 @@ class ChannelTable:
     prevalence: float
     method: str
     converged: bool
+    weight_rule: str | None = None
 
     def for_matrix(self, matrix: AnnotationMatrix) -> tuple[tuple[Channel, ...], np.ndarray]:
         """Channels and weights in ``matrix.annotator_ids`` order; every matrix annotator must be known."""
@@ -206,8 +248,10 @@ class ChannelTable:
         order = [index[a] for a in matrix.annotator_ids]
         return tuple(self.channels[i] for i in order), self.weights[order]
 
-    def as_fit(self) -> ChannelFit:
-        return ChannelFit(self.channels, self.prevalence, self.method, self.converged, {})
+    def as_fit(self, matrix: AnnotationMatrix | None = None) -> ChannelFit:
+        """The stored fit, in ``matrix.annotator_ids`` order when a matrix is given."""
+        chans = self.channels if matrix is None else self.for_matrix(matrix)[0]
+        return ChannelFit(chans, self.prevalence, self.method, self.converged, {})
 
 
 def channels_from_table(df: pl.DataFrame) -> ChannelTable:
@@ -224,6 +268,7 @@ def channels_from_table(df: pl.DataFrame) -> ChannelTable:
         float(df["prevalence"][0]) if "prevalence" in df.columns else float("nan"),
         str(df["method"][0]) if "method" in df.columns else "known",
         bool(df["converged"][0]) if "converged" in df.columns else True,
+        str(df["weight_rule"][0]) if "weight_rule" in df.columns else None,
     )
 
 
@@ -243,8 +288,7 @@ def nc_ece_bins_table(matrix: AnnotationMatrix, channel_table: Any, n_bins: int 
 def _bootstrap_values(
     b: np.ndarray, r: np.ndarray, inc: np.ndarray, n_bins: int, n_bootstrap: int, seed: int
 ) -> np.ndarray:
-    """Binned ECE of bootstrap resamples of the items (multinomial counts); the same draws for every caller
-    with the same seed, generated on the fly (memory O(n))."""
+    """Binned ECE of bootstrap resamples of the items (multinomial counts), for the naive rows; memory O(n)."""
     rng = np.random.default_rng(seed)
     n = b.size
     out = np.empty(n_bootstrap)
@@ -255,6 +299,32 @@ def _bootstrap_values(
     return out
 
 
+def _min_bin_count(b: np.ndarray, inc: np.ndarray, n_bins: int) -> int:
+    cnt = np.bincount(b[inc], minlength=n_bins)
+    return int(cnt[cnt > 0].min()) if inc.any() else 0
+
+
+def nc_ece_calibration_test(
+    matrix: AnnotationMatrix,
+    channel_table: Any,
+    n_bins: int = 15,
+    n_bootstrap: int = 500,
+    ci_level: float = 0.95,
+    seed: int = 0,
+) -> CalibrationTest:
+    """`calibration_test` on a matrix with the stored channel fit as point estimate (re-estimated in every
+    replicate unless the table holds known channels) and the stored weight rule (else its weights)."""
+    ct = _as_channel_table(channel_table)
+    chans, w = ct.for_matrix(matrix)
+    weights: Any = ct.weight_rule if ct.weight_rule in WEIGHT_RULES else w
+    kw = {"weights": weights, "n_bins": n_bins, "n_boot": n_bootstrap, "alpha": 1 - ci_level, "seed": seed}
+    if ct.method == "known":
+        if weights == "iv":  # the table's weights used the stored prevalence: keep them exactly
+            kw["weights"] = w
+        return calibration_test(matrix.scores, matrix.values, chans, **kw)
+    return calibration_test(matrix.scores, matrix.values, fitted=ct.as_fit(matrix), **kw)
+
+
 def nc_ece_report_table(
     matrix: AnnotationMatrix,
     channel_table: Any,
@@ -263,13 +333,14 @@ def nc_ece_report_table(
     ci_level: float = 0.95,
     seed: int = 0,
 ) -> pl.DataFrame:
-    """NC-ECE beside naive ECEs (majority vote, soft vote, each single annotator), with bootstrap CIs.
+    """NC-ECE with its calibration test beside naive ECEs (majority vote, soft vote, each single annotator).
 
-    Columns: estimator ("nc_ece", "naive_majority_vote", "naive_soft_vote", "naive_annotator"),
-    annotator_id (null except single-annotator rows), value, ci_low, ci_high, n_items, n_excluded,
-    n_bins, min_items_per_bin, n_bootstrap, ci_level. CIs: percentile bootstrap over items
-    (``np.random.default_rng(seed)``), channels and weights held fixed (evaluation-sample variability
-    only). Majority-vote ties count as 0.5.
+    One row per estimator ("nc_ece", "naive_majority_vote", "naive_soft_vote", "naive_annotator");
+    columns `NC_ECE_REPORT_SCHEMA`. The "nc_ece" row is `calibration_test` (seed 000 §3, §C): value = plug-in
+    `nc_ece`, value_debiased, the basic bootstrap interval ci_low/ci_high, p_value of H0 "calibrated", null_q95,
+    channels_refit and n_unidentified (replicates whose refit was not identified). Naive rows: `binned_ece` of
+    the noisy target with a percentile bootstrap over items, channels not involved; majority-vote ties count
+    0.5. ``n_bootstrap`` = 0 stores the plug-in values only.
     """
     if matrix.scores is None:
         raise ValueError("matrix has no scores; build it with predictions")
@@ -277,69 +348,55 @@ def nc_ece_report_table(
         raise ValueError(f"ci_level must be in (0, 1), got {ci_level!r}")
     if n_bootstrap < 0:
         raise ValueError(f"n_bootstrap must be >= 0, got {n_bootstrap!r}")
-    ct = _as_channel_table(channel_table)
-    chans, w = ct.for_matrix(matrix)
     s = matrix.scores
     n = s.size
     b = bin_index(s, n_bins)
-    rows: list[tuple[str, str | None, np.ndarray]] = [
-        ("nc_ece", None, corrected_labels(matrix.values, chans, w)),
+    common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed}
+    ct = _as_channel_table(channel_table)
+    chans, w = ct.for_matrix(matrix)
+    point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
+    nc_row = {
+        "estimator": "nc_ece",
+        "annotator_id": None,
+        "value": point.value,
+        "n_items": point.n_items,
+        "n_excluded": n - point.n_items,
+        "min_items_per_bin": int(point.bins["n"].min()),
+        **common,
+    }
+    if n_bootstrap:
+        test = nc_ece_calibration_test(matrix, ct, n_bins, n_bootstrap, ci_level, seed)
+        nc_row.update(
+            value=test.nc_ece,
+            value_debiased=test.nc_ece_debiased,
+            ci_low=test.ci_low,
+            ci_high=test.ci_high,
+            p_value=test.p_value,
+            null_q95=test.null_q95,
+            channels_refit=test.channels_refit,
+            n_unidentified=test.n_unidentified_boot + test.n_unidentified_null,
+        )
+    rows = [nc_row]
+    naive = [
         ("naive_majority_vote", None, naive_targets(matrix.values, "majority_vote")),
         ("naive_soft_vote", None, naive_targets(matrix.values, "soft_vote")),
+        *(("naive_annotator", a, matrix.values[:, j]) for j, a in enumerate(matrix.annotator_ids)),
     ]
-    for j, a in enumerate(matrix.annotator_ids):
-        rows.append(("naive_annotator", a, matrix.values[:, j].copy()))
     lo_q, hi_q = (1 - ci_level) / 2, 1 - (1 - ci_level) / 2
-    out: dict[str, list] = {
-        k: []
-        for k in (
-            "estimator",
-            "annotator_id",
-            "value",
-            "ci_low",
-            "ci_high",
-            "n_items",
-            "n_excluded",
-            "min_items_per_bin",
-        )
-    }
-    for name, annot, y in rows:
+    for name, annot, y in naive:
         inc = ~np.isnan(y)
-        n_inc = int(inc.sum())
-        out["estimator"].append(name)
-        out["annotator_id"].append(annot)
-        out["n_items"].append(n_inc)
-        out["n_excluded"].append(n - n_inc)
-        if n_inc == 0:
-            out["value"].append(None)
-            out["ci_low"].append(None)
-            out["ci_high"].append(None)
-            out["min_items_per_bin"].append(0)
-            continue
-        out["value"].append(binned_ece(s[inc], y[inc], n_bins))
-        cnt = np.bincount(b[inc], minlength=n_bins)
-        out["min_items_per_bin"].append(int(cnt[cnt > 0].min()))
-        if n_bootstrap:
-            r = np.where(inc, y - s, 0.0)
-            vals = _bootstrap_values(b, r, inc.astype(float), n_bins, n_bootstrap, seed)
-            out["ci_low"].append(float(np.nanquantile(vals, lo_q)))
-            out["ci_high"].append(float(np.nanquantile(vals, hi_q)))
-        else:
-            out["ci_low"].append(None)
-            out["ci_high"].append(None)
-    k = len(rows)
-    return pl.DataFrame(
-        {
-            **{c: out[c] for c in ("estimator", "annotator_id")},
-            "value": pl.Series(out["value"], dtype=pl.Float64),
-            "ci_low": pl.Series(out["ci_low"], dtype=pl.Float64),
-            "ci_high": pl.Series(out["ci_high"], dtype=pl.Float64),
-            "n_items": pl.Series(out["n_items"], dtype=pl.Int64),
-            "n_excluded": pl.Series(out["n_excluded"], dtype=pl.Int64),
-            "n_bins": pl.Series([n_bins] * k, dtype=pl.Int64),
-            "min_items_per_bin": pl.Series(out["min_items_per_bin"], dtype=pl.Int64),
-            "n_bootstrap": pl.Series([n_bootstrap] * k, dtype=pl.Int64),
-            "ci_level": pl.Series([ci_level] * k, dtype=pl.Float64),
-        },
-        schema_overrides={"annotator_id": pl.Utf8},
-    )
+        row = {
+            "estimator": name,
+            "annotator_id": annot,
+            "n_items": int(inc.sum()),
+            "n_excluded": n - int(inc.sum()),
+            "min_items_per_bin": _min_bin_count(b, inc, n_bins),
+            **common,
+        }
+        if inc.any():
+            row["value"] = binned_ece(s[inc], y[inc], n_bins)
+            if n_bootstrap:
+                vals = _bootstrap_values(b, np.where(inc, y - s, 0.0), inc.astype(float), n_bins, n_bootstrap, seed)
+                row["ci_low"], row["ci_high"] = (float(np.nanquantile(vals, q)) for q in (lo_q, hi_q))
+        rows.append(row)
+    return pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)

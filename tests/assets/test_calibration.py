@@ -50,6 +50,24 @@ def built(tmp_path_factory):
     return home, result
 
 
+def _checks_with_limit(home, limit):
+    """Re-materialise calibration/nc_ece_report with settings.json nc_ece_limit = limit; check name → passed."""
+    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": limit}))
+    try:
+        defs = build_definitions(home)
+        result = dg.materialize(
+            [*defs.assets, *defs.asset_checks],
+            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
+            partition_key="v1",
+            instance=instance_for(home),
+            resources=defs.resources,
+            raise_on_error=False,
+        )
+        return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    finally:
+        (home / "settings.json").unlink()
+
+
 def _sql(home, query):
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         return con.execute(query).pl()
@@ -73,10 +91,35 @@ def test_warehouse_nc_ece_equals_library_on_the_same_inputs(built):
     chans, weights = table.for_matrix(matrix)
     expected = nc_ece(matrix.scores, matrix.values, chans, weights=weights, n_bins=15)
     stored = _sql(home, "select value from calibration.nc_ece_report where estimator = 'nc_ece'")["value"][0]
-    assert stored == pytest.approx(expected.value, abs=1e-12)
+    assert stored == pytest.approx(expected.value, rel=1e-9, abs=1e-12)
     sql_bins = _sql(home, "select * from calibration.nc_ece_by_bin order by bin")
     assert sql_bins["bin"].to_list() == expected.bins["bin"].to_list()
     np.testing.assert_allclose(sql_bins["residual"].to_numpy(), expected.bins["residual"].to_numpy(), atol=1e-9)
+
+
+def test_warehouse_interval_and_test_equal_calibration_test(built):
+    """The stored interval, debiased value and p-value are `calibration_test` on the same inputs (one path)."""
+    from noisycal_platform.calibration.tables import nc_ece_calibration_test
+
+    home, result = built
+    ann, preds = _sql(home, "select * from raw.annotations"), _sql(home, "select * from raw.predictions")
+    channels = _sql(home, "select * from calibration.channel_estimates").drop("model_version")
+    stored = _sql(home, "select * from calibration.nc_ece_report where estimator = 'nc_ece'").row(0, named=True)
+    matrix = cal.annotation_matrix(ann, preds.select("item_id", "score"))
+    test = nc_ece_calibration_test(matrix, channels, 15, int(stored["n_bootstrap"]), 0.95, int(stored["seed"]))
+    for column, value in [
+        ("value_debiased", test.nc_ece_debiased),
+        ("ci_low", test.ci_low),
+        ("ci_high", test.ci_high),
+        ("p_value", test.p_value),
+        ("null_q95", test.null_q95),
+    ]:
+        assert stored[column] == pytest.approx(value, rel=1e-9, abs=1e-12), column
+    assert stored["channels_refit"] is True
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    for name in ("calibration_test_not_rejected", "annotators_conditionally_independent", "channels_score_invariant"):
+        assert checks[name].severity == dg.AssetCheckSeverity.WARN
+        assert "p_value" in checks[name].metadata
 
 
 def test_recalibrators_exported_as_json_and_round_trip(built):
@@ -103,19 +146,15 @@ def test_report_written_and_indexed(built):
 
 def test_nc_ece_limit_is_a_failing_check_when_exceeded(built, tmp_path):
     home, _ = built
-    (home / "settings.json").write_text(json.dumps({"nc_ece_limit": 0.0}))
-    try:
-        defs = build_definitions(home)
-        result = dg.materialize(
-            [*defs.assets, *defs.asset_checks],
-            selection=[dg.AssetKey(["calibration", "nc_ece_report"])],
-            partition_key="v1",
-            instance=instance_for(home),
-            resources=defs.resources,
-            raise_on_error=False,
-        )
-        checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-        assert checks["nc_ece_within_limit"] is False
-    finally:
-        (home / "settings.json").unlink()
+    checks = _checks_with_limit(home, 0.0)
+    assert checks["nc_ece_within_limit"] is False
     assert pl.read_csv(home / "references" / "labels.csv").height > 0
+
+
+def test_nc_ece_limit_below_the_plugin_but_inside_the_interval_passes(built):
+    """The check fails only on evidence (ci_low > limit): a limit between ci_low and the plug-in value passes."""
+    home, _ = built
+    row = _sql(home, "select value, ci_low from calibration.nc_ece_report where estimator = 'nc_ece'").row(0)
+    value, ci_low = row
+    assert ci_low < value  # the demo's interval leaves room between its lower end and the plug-in
+    assert _checks_with_limit(home, (ci_low + value) / 2)["nc_ece_within_limit"] is True

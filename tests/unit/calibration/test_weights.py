@@ -28,7 +28,7 @@ def test_iv_minimises_residual_variance_on_a_grid():
             if val < best:
                 best, best_w = val, w
     w_iv = aggregation_weights(CH, pi)
-    assert (w_iv**2) @ v <= best + 1e-12
+    assert (w_iv**2) @ v <= best * (1 + 1e-9)  # BLAS dot: relative slack
     np.testing.assert_allclose(w_iv, best_w, atol=0.01)
 
 

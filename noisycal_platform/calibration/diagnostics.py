@@ -1,0 +1,227 @@
+"""Checks of the channel model's assumptions (seed 000 §4.1, §D.7): conditional independence given the class, and
+channels that do not depend on the score.
+
+Both are parametric-bootstrap tests of the shared-channel score-group model (§F.1.2) fitted on G score-quantile
+groups: under it, given the class, annotators answer independently through channels (a_j, b_j) common to every
+group, and group g has its own prevalence π_g. With K ≥ 3 annotators the one-group model is saturated on the
+answer patterns (2^K − 1 cell probabilities, 2K + 1 parameters for K = 3), so both tests use the score groups to
+obtain excess moments.
+
+- Conditional independence: for each pair (j, k), the channels of j and of k are estimated without their joint
+  answers, each from a two-annotator group model with a third annotator l (the identified pair-and-groups case,
+  §4.2, §D.2); the model-implied agreement e_gjk = π_g[(1−b_j)(1−b_k) + b_j b_k] + (1 − π_g)[a_j a_k +
+  (1−a_j)(1−a_k)] is compared with the observed agreement o_gjk on items labelled by both:
+  T = Σ_{g, j<k} n_gjk (o_gjk − e_gjk)² / (e_gjk(1 − e_gjk)). Dependence between j and k moves o, not e.
+- Score invariance: per-group channels from one M-step on the shared fit's posteriors (each group's own
+  counts, everyone else's information in the posterior); for every annotator and both error rates the linear
+  trend over the ordered groups, Σ_g c_g θ_gj with c_g = g − (G − 1)/2, standardised by its bootstrap
+  standard deviation; T = the largest |standardised trend| (a channel that drifts with the score).
+Null distribution: R tables simulated from the fitted model with each item's presence pattern kept, every model
+refitted on each (vectorised EM); p = (1 + #{T* ≥ T}) / (1 + R). Replicates whose shared or pair refits are not
+identified (gap ≤ 0.05 or not finite) are counted and left out. As §D.7 says, such moment checks are themselves
+approximate near the boundary and under weak identification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.special import expit
+
+from .channels import score_groups
+from .channels._base import annotation_codes, as_annotation_array
+from .inference import batched_em, bootstrap_p_value, simulate_answers
+
+__all__ = ["AssumptionChecks", "assumption_checks"]
+
+MIN_GAP = 0.05
+
+
+@dataclass(frozen=True)
+class AssumptionChecks:
+    """Statistics and p-values of the two checks (NaN with a ``note`` when they cannot run)."""
+
+    independence_statistic: float
+    independence_p_value: float
+    invariance_statistic: float
+    invariance_p_value: float
+    n_groups: int
+    n_replicates: int
+    n_unidentified: int
+    note: str = ""
+
+
+def _agreement(counts: np.ndarray, pats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(…, G, P) pattern counts → both-present counts, agreements per pair (…, G, pairs), and the pair index."""
+    k = pats.shape[1]
+    jj, kk = np.triu_indices(k, 1)
+    both = (pats[:, jj] != 2) & (pats[:, kk] != 2)  # (P, pairs)
+    agree = both & (pats[:, jj] == pats[:, kk])
+    return counts @ both.astype(float), counts @ agree.astype(float), np.stack([jj, kk])
+
+
+def _implied_agreement(prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    j, k = pairs
+    a, b = fpr[..., None, :], fnr[..., None, :]
+    pos = (1 - b[..., j]) * (1 - b[..., k]) + b[..., j] * b[..., k]
+    neg = a[..., j] * a[..., k] + (1 - a[..., j]) * (1 - a[..., k])
+    pi = prior[..., :, None]
+    return pi * pos + (1 - pi) * neg
+
+
+def _pair_fits(counts: np.ndarray, pats: np.ndarray, prior0: np.ndarray, fpr0: np.ndarray, fnr0: np.ndarray):
+    """Two-annotator score-group EM for every pair of columns on (R, G, P) tables: {(j, l): (prior, fpr, fnr)}."""
+    k = pats.shape[1]
+    fits = {}
+    for j, l in zip(*np.triu_indices(k, 1), strict=True):  # loop over annotator pairs (K small)
+        sub = pats[:, [j, l]].astype(np.int64)
+        code = sub[:, 0] + 3 * sub[:, 1]
+        onto = np.zeros((pats.shape[0], 9))
+        onto[np.arange(pats.shape[0]), code] = 1.0
+        x = counts @ onto  # (R, G, 9) counts of the pair's sub-patterns
+        sp = np.stack([np.arange(9) % 3, np.arange(9) // 3], axis=1).astype(np.int8)
+        x, sp = x[..., :8], sp[:8]  # code 8 = neither labelled
+        cols = [int(j), int(l)]
+        fits[(int(j), int(l))] = batched_em(x, sp, prior0, fpr0[:, cols], fnr0[:, cols])[:3]
+    return fits
+
+
+def _independence_stat(counts, pats, prior, fpr, fnr) -> np.ndarray:
+    """Σ over pairs and groups of n (o − e)² / (e(1 − e)), e from channels fitted without the pair's joint answers."""
+    k = pats.shape[1]
+    fits = _pair_fits(counts, pats, prior, fpr, fnr)
+    n_both, n_agree, pairs = _agreement(counts, pats)
+    gaps = 1.0 - fpr - fnr  # (R, K): the third annotator is the most informative other one
+    excess = np.zeros((counts.shape[0], pairs.shape[1]))
+    bad = np.zeros(counts.shape[0], bool)
+    for c, (j, kk) in enumerate(pairs.T):  # loop over pairs
+        others = [m for m in range(k) if m not in (j, kk)]
+        third = np.array(others)[np.argmax(gaps[:, others], axis=1)]
+        pieces = []
+        for who in (j, kk):
+            pr, a, b = (np.empty_like(prior), np.empty(counts.shape[0]), np.empty(counts.shape[0]))
+            for m in np.unique(third):  # ≤ K − 2 choices
+                rows = third == m
+                key = (min(who, m), max(who, m))
+                f_pr, f_a, f_b = fits[key]
+                col = 0 if key[0] == who else 1
+                pr[rows], a[rows], b[rows] = f_pr[rows], f_a[rows, col], f_b[rows, col]
+            bad |= ~np.isfinite(a) | (1 - a - b <= MIN_GAP)
+            pieces.append((pr, a, b))
+        (p1, a1, b1), (p2, a2, b2) = pieces
+        pi = 0.5 * (p1 + p2)
+        e = pi * ((1 - b1) * (1 - b2) + b1 * b2)[:, None] + (1 - pi) * (a1 * a2 + (1 - a1) * (1 - a2))[:, None]
+        e = np.clip(e, 1e-9, 1 - 1e-9)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            o = np.where(n_both[..., c] > 0, n_agree[..., c] / n_both[..., c], e)
+        excess[:, c] = (n_both[..., c] * (o - e)).sum(axis=1) / n_both[..., c].sum(axis=1)
+    excess[bad] = np.nan
+    return excess
+
+
+def _trend(fpr_g: np.ndarray, fnr_g: np.ndarray) -> np.ndarray:
+    """(R, G, K) per-group channels → (R, 2K) linear trends Σ_g c_g θ_g over the ordered score groups."""
+    g = fpr_g.shape[1]
+    c = np.arange(g) - (g - 1) / 2
+    return np.concatenate([np.einsum("g,rgk->rk", c, fpr_g), np.einsum("g,rgk->rk", c, fnr_g)], axis=1)
+
+
+def _fit_shared(counts: np.ndarray, pats: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Shared-channel group EM on (R, G, P) tables, started from the soft vote."""
+    r = counts.shape[0]
+    k = pats.shape[1]
+    obs = pats != 2
+    vote = np.where(obs.any(axis=1), (pats == 1).sum(axis=1) / np.maximum(obs.sum(axis=1), 1), 0.5)
+    pi0 = (counts * vote).sum(axis=2) / counts.sum(axis=2)
+    return batched_em(counts, pats, pi0, np.full((r, k), 0.15), np.full((r, k), 0.15))
+
+
+def _group_channels(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray):
+    """Per-group channels from one M-step on the shared model's posteriors (a score-test style estimate):
+    a_gj = Σ_{p∈g} w_p(1−γ_p)[A_j=1] / Σ_{p∈g} w_p(1−γ_p)[j labelled], 1 − b_gj likewise with γ_p (§F.1.2).
+    (R, G, P) tables → fpr, fnr (R, G, K). Less noisy than a free Dawid–Skene fit per group."""
+    obs1 = (pats == 1).astype(float)
+    obs = (pats != 2).astype(float)
+    obs0 = obs - obs1
+    l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ obs0.T
+    l0 = np.log(fpr) @ obs1.T + np.log1p(-fpr) @ obs0.T
+    gamma = expit((l1 - l0)[:, None, :] + (np.log(prior) - np.log1p(-prior))[:, :, None])
+    w1 = counts * gamma
+    w0 = counts - w1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (w0 @ obs1) / (w0 @ obs), 1.0 - (w1 @ obs1) / (w1 @ obs)
+
+
+def assumption_checks(
+    annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
+) -> AssumptionChecks:
+    """Conditional-independence and score-invariance checks of the channel model (seed 000 §D.7).
+
+    annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
+    their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3
+    (the two-annotator group model is exactly identified and has no excess moments, §D.2).
+    """
+    a = as_annotation_array(annotations)
+    s = np.asarray(scores, float)
+    if s.shape != (a.shape[0],):
+        raise ValueError(f"scores must have shape ({a.shape[0]},), got {s.shape}")
+    k = a.shape[1]
+    nan = float("nan")
+    if k < 3:
+        note = "needs three or more annotators: the two-annotator group model has no excess moments (§D.2)"
+        return AssumptionChecks(nan, nan, nan, nan, 0, 0, 0, note)
+    codes = annotation_codes(a)
+    groups = score_groups(s, n_groups)
+    g = int(groups.max()) + 1
+    pat = (codes.astype(np.int64) * 3 ** np.arange(k)).sum(axis=1)
+    keep = (codes != 2).any(axis=1)
+    used, pat_idx = np.unique(pat[keep], return_inverse=True)
+    pats = np.stack([(used // 3**j) % 3 for j in range(k)], axis=1).astype(np.int8)
+    counts = np.zeros((g, len(used)))
+    np.add.at(counts, (groups[keep], pat_idx), 1.0)  # ≤ n additions into a G × P table
+    prior, fpr, fnr, _ = _fit_shared(counts[None], pats)
+    t_ind = _independence_stat(counts[None], pats, prior, fpr, fnr)[0]
+    gfpr, gfnr = _group_channels(counts[None], pats, prior, fpr, fnr)
+
+    # simulate R tables from the fitted shared model, keeping each group's presence patterns
+    rng = np.random.default_rng(seed)
+    present = pats != 2
+    mask = present @ (1 << np.arange(k))
+    h_key, h_inv = np.unique(np.repeat(np.arange(g), len(used)) * (1 << k) + np.tile(mask, g), return_inverse=True)
+    n_h = np.bincount(h_inv, weights=counts.ravel())
+    h_group, h_mask = h_key // (1 << k), h_key % (1 << k)
+    sim, sim_codes = simulate_answers(n_h, prior[0][h_group], h_mask, fpr[0], fnr[0], k, n_replicates, rng)
+    sim_pat = (sim_codes * 3 ** np.arange(k)).sum(axis=2)  # (H, 2^K)
+    all_pat, col = np.unique(sim_pat, return_inverse=True)
+    spats = np.stack([(all_pat // 3**j) % 3 for j in range(k)], axis=1).astype(np.int8)
+    target = (np.repeat(h_group, 1 << k) * len(all_pat) + col.ravel()).astype(np.int64)
+    rep = np.zeros((n_replicates, g * len(all_pat)))
+    for t_col in range(sim.shape[1]):  # ≤ G·2^K columns (not items): scatter each into its (group, pattern)
+        rep[:, target[t_col]] += sim[:, t_col]
+    rep = rep.reshape(n_replicates, g, len(all_pat))
+    rprior, rfpr, rfnr, _ = _fit_shared(rep, spats)
+    t_ind_star = _independence_stat(rep, spats, rprior, rfpr, rfnr)
+    rgfpr, rgfnr = _group_channels(rep, spats, rprior, rfpr, rfnr)
+    # the per-group values are one-step weighted proportions, not fits: only the shared refit must be identified
+    ok = np.isfinite(rgfpr).all(axis=(1, 2)) & np.isfinite(rgfnr).all(axis=(1, 2))
+    ok &= ((1 - rfpr - rfnr).min(axis=1) > MIN_GAP) & np.isfinite(t_ind_star).all(axis=1)
+    sd_ind = t_ind_star[ok].std(axis=0, ddof=1) if ok.sum() > 1 else np.full(t_ind_star.shape[1], np.nan)
+    t_ind_star = ((t_ind_star / sd_ind) ** 2).sum(axis=1)
+    t_ind = float(((t_ind / sd_ind) ** 2).sum())
+    trend_star = _trend(rgfpr, rgfnr)[ok]
+    sd = trend_star.std(axis=0, ddof=1) if ok.sum() > 1 else np.full(2 * k, np.nan)
+    t_inv = float(np.abs(_trend(gfpr, gfnr)[0] / sd).max())
+    t_inv_star = np.abs(trend_star / sd).max(axis=1)
+    group_ok = bool(np.isfinite(gfpr).all() and np.isfinite(gfnr).all())
+    return AssumptionChecks(
+        independence_statistic=t_ind,
+        independence_p_value=bootstrap_p_value(t_ind, t_ind_star[ok]) if np.isfinite(t_ind) else nan,
+        invariance_statistic=t_inv if group_ok else nan,
+        invariance_p_value=bootstrap_p_value(t_inv, t_inv_star) if group_ok else nan,
+        n_groups=g,
+        n_replicates=int(n_replicates),
+        n_unidentified=int((~ok).sum()),
+        note="" if group_ok else "a score group holds (almost) no item of one class: no per-group channel",
+    )
