@@ -11,7 +11,8 @@ import polars as pl
 
 from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN, MODEL_VERSIONS
 from noisycal_platform.correctness import pipeline as correctness_pipeline
-from noisycal_platform.io import InputError, read_predictions, read_reference_labels
+from noisycal_platform.ingest import IngestError
+from noisycal_platform.io import InputError, read_predictions, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
@@ -36,10 +37,13 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
 @dg.asset(
     **_COMMON,
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
-    "invalid batches are quarantined with a reason, never half-ingested.",
+    "each bad row is quarantined with file, row, column and reason while the good rows of its batch land.",
 )
 def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    report = inbox.ingest_annotations()
+    try:
+        report = inbox.ingest_annotations()
+    except IngestError as exc:
+        raise dg.Failure(description=str(exc)) from None
     frame = inbox.annotations()
     for q in report.quarantined:
         context.log.warning(f"quarantined {q['file']}: {q['reason']}")
@@ -52,6 +56,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
             "batches_accepted_now": len(report.accepted),
             "batches_quarantined_now": len(report.quarantined),
             "duplicate_batches_now": len(report.duplicates),
+            "batches_waiting_to_settle": len(report.waiting),
             "quarantined": dg.MetadataValue.md(_md_list(report.quarantined, ("file", "reason"))),
         },
     )
@@ -84,18 +89,31 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
 
 @dg.asset(
     **_COMMON,
-    description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
+    description="Optional clean reference labels (references/labels.csv) used only to score recalibration; "
+    "each bad row is quarantined (file, row, column, reason), the others land.",
 )
-def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     path = inbox.layout.references
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         frame = pl.DataFrame(schema={"item_id": pl.String, "label": pl.Int8})
         return dg.Output(frame, metadata={"rows": 0, "note": f"no reference labels at {path}"})
     try:
-        frame = read_reference_labels(path)
+        frame, problems = read_reference_label_records(path)
     except InputError as exc:
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
-    return dg.Output(frame, metadata={"rows": frame.height, "file": str(path)})
+        raise dg.Failure(description=exc.safe, metadata={"file": str(path)}) from None
+    rejected = [p.as_dict(path.name) for p in problems]
+    inbox.quarantine_records("reference_labels", rejected)
+    for r in rejected:
+        context.log.warning(f"rejected {r['file']} row {r['row']} ({r['column']}): {r['reason']}")
+    return dg.Output(
+        frame,
+        metadata={
+            "rows": frame.height,
+            "file": str(path),
+            "rejected_rows": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+        },
+    )
 
 
 @dg.asset(
@@ -116,7 +134,7 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
             "answers": frame.height,
             "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
             "rejected_lines": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "reason"))),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
         },
     )
 

@@ -26,6 +26,7 @@ __all__ = [
     "ColumnSpec",
     "Problem",
     "TableContract",
+    "confirmation_log_problems",
     "confirmation_problem",
     "id_problem",
     "parse_utc_timestamp",
@@ -195,7 +196,7 @@ def confirmation_problem(rec: object) -> Problem | None:
     elif undoes is not None:
         return Problem("undoes", "must be null unless answer is 'undo'")
     pos = rec.get("position")
-    if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) or pos < 0:
+    if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) or not 0 <= pos < 2**53:
         return Problem("position", "must be an integer >= 0")
     if parse_utc_timestamp(rec.get("timestamp")) is None:
         return Problem("timestamp", "must be an ISO-8601 date-time with a UTC offset (e.g. ...+00:00)")
@@ -253,3 +254,39 @@ def validate_frame(frame, contract: TableContract) -> dict:
                 }
             )
     return {"success": bool(result.success), "failed": failed, "evaluated": len(result.results)}
+
+
+def confirmation_log_problems(records: list[Mapping]) -> dict[int, Problem]:
+    """Index -> problem for records valid one by one (:func:`confirmation_problem`) but not together.
+
+    An ``answer_id`` seen again with different content rejects the later copy (identical copies are the
+    same answer, counted once); an undo is rejected when the answer it names is absent, rejected itself,
+    or another annotator's (an undo may name an undo: it restores what that one cancelled).
+    """
+
+    def content(r: Mapping) -> tuple:
+        a, b = r["item_id"], r.get("item_id_2")
+        pair = (a, b) if b is None else (min(a, b), max(a, b))
+        return (*(r.get(k) for k in CONFIRMATION_FIELDS if k not in ("item_id", "item_id_2")), pair)
+
+    bad: dict[int, Problem] = {}
+    first: dict[str, int] = {}
+    for i, r in enumerate(records):
+        j = first.setdefault(r["answer_id"], i)
+        if j != i and content(records[j]) != content(r):
+            bad[i] = Problem("answer_id", f"repeated with different content (first used by record {j + 1})")
+    undos = [i for i, r in enumerate(records) if r["answer"] == "undo" and i not in bad]
+    changed = True
+    while changed:  # an undo of a rejected undo is rejected too: iterate to the fixed point
+        changed = False
+        for i in undos:
+            if i in bad:
+                continue
+            j = first.get(records[i]["undoes"])
+            if j is None or j in bad:
+                bad[i] = Problem("undoes", "names an answer that is not in the log (or was rejected)")
+                changed = True
+            elif records[j]["annotator_id"] != records[i]["annotator_id"]:
+                bad[i] = Problem("undoes", "names another annotator's answer")
+                changed = True
+    return bad
