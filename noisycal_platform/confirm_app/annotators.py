@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from noisycal_platform.contracts import ROLES as ANSWER_ROLES
+
 __all__ = [
     "ANSWER_ROLES",
     "NAME_RE",
@@ -30,8 +32,7 @@ __all__ = [
     "hash_token",
 ]
 
-ROLES = ("expert", "lay", "admin")
-ANSWER_ROLES = ("expert", "lay")
+ROLES = (*ANSWER_ROLES, "admin")  # login roles: admins see progress, never answer
 # Names become file names (inbox/confirmations/<name>.jsonl): a conservative portable subset.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOKEN_BYTES = 32
