@@ -200,11 +200,15 @@ def _fail_on_input_error(fn):
     "kept and counted as invalid, never dropped.",
 )
 def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations))
+    rejected: list[dict] = []
+    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations, rejected))
+    inbox.quarantine_records("generations", rejected)
     return dg.Output(
         frame,
         metadata={
             "predictions": frame.height,
+            "rejected_lines": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
             "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
             "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
         },
@@ -219,5 +223,16 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     "independent or joint decision; each row matched to exactly one generation.",
 )
 def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations))
-    return dg.Output(frame, metadata={"audited": frame.height})
+    rejected: list[dict] = []
+    frame = _fail_on_input_error(
+        lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations, rejected)
+    )
+    inbox.quarantine_records("audit_labels", rejected)
+    return dg.Output(
+        frame,
+        metadata={
+            "audited": frame.height,
+            "rejected_rows": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+        },
+    )

@@ -315,7 +315,7 @@ def _parse_csv(path: Path, raw: bytes) -> RawTable:
     return RawTable(path, frame, problems, header=header, rows=rows, data=raw)
 
 
-def parse_table(path: str | Path, data: bytes | None = None) -> RawTable:
+def parse_table(path: str | Path, data: bytes | None = None, *, allow_no_rows: bool = False) -> RawTable:
     """Read a CSV (all columns as strings, UTF-8) or Parquet file into a :class:`RawTable`. File-level
     problems (unsupported type, not a regular file, empty, unreadable Parquet, broken CSV structure)
     raise InputError; row-level ones are listed in ``problems``."""
@@ -334,7 +334,7 @@ def parse_table(path: str | Path, data: bytes | None = None) -> RawTable:
         table = RawTable(path, df, [], data=data)
     else:
         table = _parse_csv(path, data)
-    if table.frame.height == 0:
+    if table.frame.height == 0 and not allow_no_rows:
         raise InputError(path, "file is empty (header only, no data rows)")
     return table
 

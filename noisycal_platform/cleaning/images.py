@@ -268,9 +268,36 @@ def read_image_dataset(
                         content_hash=dataset_content_hash(frame))
 
 
+def to_rgb8(im: Image.Image) -> Image.Image:
+    """An 8-bit RGB image of any Pillow mode, scaling high bit depths instead of clipping them.
+
+    ``convert("RGB")`` clips the 16-bit (``I;16*``), 32-bit integer (``I``) and float (``F``) modes at 255,
+    which turns most of a radiograph white. Here a 16-bit image is scaled by its nominal range
+    (v · 255 / 65535, rounded); ``I``/``F`` values already in [0, 255] are kept, values in [0, 65535] are
+    scaled as 16 bit, and any other range is stretched linearly from its min to its max (a constant image
+    maps to 0). Every other mode goes through Pillow's own conversion (palette, CMYK, alpha, 8-bit grey).
+    """
+    if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        if a.ndim == 3:  # some 16-bit readers give a trailing channel axis
+            a = a[..., 0]
+        finite = np.isfinite(a)
+        a = np.where(finite, a, 0.0)
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if im.mode.startswith("I;16") or (lo >= 0 and 255 < hi <= 65535):
+            scaled = a * (255.0 / 65535.0)
+        elif lo >= 0 and hi <= 255:
+            scaled = a
+        else:
+            scaled = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
+        grey = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8))  # 2-D uint8 -> mode "L"
+        return grey.convert("RGB")
+    return im.convert("RGB")
+
+
 def _decode_resized(path: str, size: int) -> np.ndarray:
     with Image.open(path) as im:
-        im = im.convert("RGB")
+        im = to_rgb8(im)
         if im.size != (size, size):
             im = im.resize((size, size), Image.Resampling.BICUBIC)
         return np.asarray(im, dtype=np.uint8)

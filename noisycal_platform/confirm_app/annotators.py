@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from noisycal_platform.contracts import ROLES as ANSWER_ROLES
+from noisycal_platform.paths import validate_name
 
 __all__ = [
     "ANSWER_ROLES",
@@ -57,6 +58,9 @@ class Annotator:
 
 
 def _validate_name(name: object) -> str:
+    """The home-wide name check (``paths.validate_name``), then the portable file-name subset: an annotator
+    name is also the file name of their answer log on whatever filesystem the clinic uses."""
+    validate_name(name, "annotator")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ValueError(
             f"name must match {NAME_RE.pattern} (letters, digits, '_', '.', '-'; at most 64), got {name!r}"
