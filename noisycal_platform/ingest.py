@@ -32,7 +32,8 @@ reported with file, line, field and reason and the other lines are ingested.
 
 Fault injection for tests: ``NOISYCAL_FAULT=<point>[:<n>]`` SIGKILLs the process at the n-th time (default
 1st) it reaches ``<point>`` (``after_read``, ``after_archive``, ``after_rejected``, ``after_reason``,
-``after_ledger``, ``after_move``).
+``after_ledger``, ``after_move``; the confirmation tool's answer write: ``answer_before_write``,
+``answer_after_fsync``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ __all__ = [
     "IngestError",
     "IngestReport",
     "accepted_annotations",
+    "fault_point",
     "ingest_annotation_batches",
     "ledger_entries",
     "pending_annotation_files",
@@ -106,7 +108,7 @@ class IngestReport:
 _FAULT_HITS: dict[str, int] = {}
 
 
-def _fault(point: str) -> None:
+def fault_point(point: str) -> None:
     """SIGKILL this process at ``point`` when ``NOISYCAL_FAULT`` asks for it (tests of crash consistency)."""
     spec = os.environ.get(FAULT_ENV)
     if not spec:
@@ -207,7 +209,7 @@ def _commit(layout: HomeLayout, entry: dict) -> None:
         append_line_durably(layout.ledger, json.dumps(entry, sort_keys=True))
     except OSError as exc:
         raise _disk_error(exc, entry.get("file", "?"), "recording the ledger line") from None
-    _fault("after_ledger")
+    fault_point("after_ledger")
 
 
 def _disk_error(exc: OSError, name: str, doing: str) -> IngestError:
@@ -295,7 +297,7 @@ def _quarantine_whole(layout: HomeLayout, path: Path, digest: str, reason: str, 
         atomic_write_text(target.with_name(target.name + ".reason.txt"), reason.rstrip("\n") + "\n")
     except OSError as exc:
         raise _disk_error(exc, path.name, "writing the quarantine reason") from None
-    _fault("after_reason")
+    fault_point("after_reason")
     if not _unchanged(path, st):
         report.waiting.append(path.name)
         return
@@ -303,7 +305,7 @@ def _quarantine_whole(layout: HomeLayout, path: Path, digest: str, reason: str, 
              "quarantined_as": target.name, "at": _now()}
     _commit(layout, entry)
     _move(path, target)
-    _fault("after_move")
+    fault_point("after_move")
     report.quarantined.append(entry)
 
 
@@ -334,7 +336,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
                     _refuse(layout, path, exc.problem, report)  # swapped for a link or FIFO after the scan
                 continue
             digest = hashlib.sha256(data).hexdigest()
-            _fault("after_read")
+            fault_point("after_read")
             originals = layout.archive / "originals"
             original = originals / f"{digest}{path.suffix.lower()}"
             prior = ledger.get(digest)
@@ -385,7 +387,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
             entry = {"sha256": digest, "file": path.name, "status": "accepted", "rows": frame.height, "at": at}
             try:
                 atomic_write_bytes(layout.archive / f"{digest}.parquet", _parquet_bytes(frame))
-                _fault("after_archive")
+                fault_point("after_archive")
                 if problems:
                     suffix = path.suffix.lower()
                     target = layout.quarantine / f"{path.stem}.rejected-{digest[:8]}{suffix}"
@@ -396,7 +398,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
                     atomic_write_bytes(target, _rejected_bytes(table, [p.row for p in problems]))
                     atomic_write_text(target.with_name(target.name + ".reason.txt"),
                                       _reason_text(path, problems, head))
-                    _fault("after_rejected")
+                    fault_point("after_rejected")
                     entry |= {"rejected": len(problems), "quarantined_as": target.name,
                               "rejected_rows": [p.as_dict(path.name) for p in problems]}
             except OSError as exc:
@@ -407,7 +409,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
             _commit(layout, entry)
             ledger[digest] = entry
             _move(path, original)
-            _fault("after_move")
+            fault_point("after_move")
             accepted_keys = pl.concat([accepted_keys, frame.select("item_id", "annotator_id", "source_file")])
             report.accepted.append(entry)
             if problems:

@@ -29,6 +29,7 @@ from noisycal_platform.cleaning.protocol import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers as protocol_effective_answers
 from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
 from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
+from noisycal_platform.ingest import fault_point
 
 __all__ = [
     "AnswerLog",
@@ -267,10 +268,12 @@ class AnswerLog:
                     payload = line.encode("utf-8")
                     if data and not data.endswith(b"\n"):
                         payload = b"\n" + payload  # never glue a record onto a torn line
+                    fault_point("answer_before_write")
                     _write_all(fd, payload)
                     os.fsync(fd)
                     if not data:
                         _fsync_dir(self.folder)  # a new file: make its directory entry durable too
+                    fault_point("answer_after_fsync")  # durable, not yet acknowledged
                     return Outcome("recorded", record=verdict)
                 finally:
                     os.close(fd)  # closing releases the flock
