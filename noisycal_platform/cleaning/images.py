@@ -132,20 +132,27 @@ def _check_relative(name: str, root: Path) -> tuple[str, Path] | str:
     return rel, resolved
 
 
-def _read_labels_csv(root: Path, csv_path: Path) -> list[tuple[int, str, str | None]]:
+def _read_labels_csv(root: Path, csv_path: Path, excluded: list[dict]) -> list[tuple[int, str, str | None]]:
+    """Rows of ``labels.csv`` read with the platform's CSV reader (``io.parse_table``: a link or special file
+    is refused unread, duplicate column names and unbalanced quotes are errors naming the row, reasons never
+    quote content). A ragged or undecodable row is excluded with its row number; the others are returned."""
+    from noisycal_platform.io import InputError, parse_table
+
     try:
-        table = pl.read_csv(csv_path, infer_schema=False)
-    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
-        raise ImageDatasetError(f"{csv_path}: cannot parse as CSV: {exc}") from exc
-    cols = [c.lstrip("\ufeff").strip() for c in table.columns]  # tolerate a UTF-8 BOM (Excel exports)
-    table.columns = cols
+        table = parse_table(csv_path, allow_no_rows=True)
+    except InputError as exc:
+        raise ImageDatasetError(f"{exc.safe}") from None
+    cols = table.frame.columns
     missing = [c for c in ("file_name", "label") if c not in cols]
     if missing:
-        raise ImageDatasetError(f"{csv_path}: missing column(s) {missing}; found {cols}")
-    names = table["file_name"].to_list()
-    labels = table["label"].to_list()
+        raise ImageDatasetError(f"{csv_path}: missing column(s) {missing}")
+    bad = {p.row: p for p in table.problems}
+    for p in table.problems:
+        excluded.append({"file_name": f"<row {p.row}>", "row": p.row, "column": p.column, "reason": p.reason})
+    names = table.frame["file_name"].to_list()
+    labels = table.frame["label"].to_list()
     pairs = zip(names, labels, strict=True)
-    return [(i + 1, n if n is not None else "", lab) for i, (n, lab) in enumerate(pairs)]
+    return [(i + 1, n if n is not None else "", lab) for i, (n, lab) in enumerate(pairs) if (i + 1) not in bad]
 
 
 def _walk_image_folder(root: Path) -> tuple[list[tuple[None, str, str]], list[dict]]:
@@ -199,9 +206,9 @@ def read_image_dataset(
 
     csv_path = root_p / LABELS_CSV
     excluded: list[dict] = []
-    if csv_path.is_file():
+    if csv_path.is_file() or csv_path.is_symlink():
         layout: Literal["labels_csv", "image_folder"] = "labels_csv"
-        entries: Sequence[tuple[int | None, str, str | None]] = _read_labels_csv(root_p, csv_path)
+        entries: Sequence[tuple[int | None, str, str | None]] = _read_labels_csv(root_p, csv_path, excluded)
     else:
         layout = "image_folder"
         entries, excluded = _walk_image_folder(root_p)
