@@ -17,6 +17,7 @@ import polars as pl
 from noisycal_platform.contracts import id_problem
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.labels import parse_model_output
+from noisycal_platform.io import InputError, parse_table, read_bytes_safely
 
 __all__ = [
     "AUDIT_SCHEMA",
@@ -68,12 +69,23 @@ AUDIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class CorrectnessInputError(ValueError):
-    """An input file violates the contract; carries path, location ("line 3" / "row 3") and field."""
+class CorrectnessInputError(InputError):
+    """An input file violates the contract; carries path, location ("line 3" / "row 3") and field.
+
+    A kind of :class:`noisycal_platform.io.InputError` (``file``, ``row``, ``column``, ``safe``), so every
+    reader of user input fails with one exception type."""
 
     def __init__(self, path: Path, location: str, field: str, message: str) -> None:
         self.path, self.location, self.field, self.message = Path(path), location, field, message
-        super().__init__(f"{path}: {location}: field {field!r}: {message}")
+        kind, _, number = location.partition(" ")
+        self.file, self.column, self.problem, self.detail = str(path), field, message, None
+        self.row = int(number) if kind in ("row", "line") and number.isdigit() else None
+        self.safe = f"{path}: {location}: field {field!r}: {_safe_text(message)}"
+        ValueError.__init__(self, f"{path}: {location}: field {field!r}: {message}")
+
+
+def _safe_text(message: str) -> str:
+    return message.split(", got ")[0].split(": [")[0]
 
 
 def _is_num(x: Any) -> bool:
@@ -130,7 +142,7 @@ def _check_record(obj: Any, err) -> dict[str, Any]:
 
 def _safe_reason(exc: CorrectnessInputError) -> str:
     """The reason without the quoted value (quarantine entries never quote file content)."""
-    return exc.message.split(", got ")[0].split(": [")[0]
+    return _safe_text(exc.message)
 
 
 def _reject(rejected: list[dict] | None, exc: CorrectnessInputError, where: str, number: int | None) -> None:
@@ -140,8 +152,6 @@ def _reject(rejected: list[dict] | None, exc: CorrectnessInputError, where: str,
 
 
 def _file_bytes(f: Path) -> bytes:
-    from noisycal_platform.io import InputError, read_bytes_safely
-
     try:
         return read_bytes_safely(f)[0]
     except InputError as exc:
@@ -251,8 +261,6 @@ def read_audit_labels(path: str | Path, rejected: list[dict] | None = None) -> p
     With ``rejected`` (a list), each bad row (or unreadable file) is appended there as ``{file, row, column,
     reason}`` and the other rows are read; without it the first problem raises CorrectnessInputError.
     """
-    from noisycal_platform.io import InputError, parse_table
-
     path = Path(path)
     files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
     if not files:
