@@ -207,7 +207,7 @@ def validate_frame(frame, contract: TableContract) -> dict:
     """Run ``contract`` as a Great Expectations suite over a polars frame (GE has no polars source: pandas).
 
     Returns ``{"success": bool, "failed": [{"expectation", "column", "unexpected_count", "examples"}],
-    "evaluated": int}``. GE is imported here, not at module import (it costs ~3 s per process, STACK.md).
+    "evaluated": int}``. GE is imported here, not at module import (it costs ~3 s per process).
     """
     import great_expectations as gx
     import great_expectations.expectations as gxe

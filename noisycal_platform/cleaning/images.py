@@ -1,6 +1,6 @@
 """Reading an image dataset (folder + ``labels.csv`` or ImageFolder tree) into a validated frame.
 
-Layouts (CONVENTIONS runtime layout, ``datasets/<name>/``):
+Layouts (``datasets/<name>/`` or a folder registered by path):
 
 * ``<root>/labels.csv`` with columns ``file_name,label`` (file_name relative to root), or
 * an ImageFolder tree ``<root>/<label>/<file>`` (used when there is no ``labels.csv``).
@@ -190,7 +190,7 @@ def read_image_dataset(
     allowed_labels: Iterable[str] | None = None,
     strict: bool = False,
 ) -> ImageDataset:
-    """Read and validate an image dataset (issue 3 §2 ``raw/images``).
+    """Read and validate an image dataset (the ``raw/images`` asset).
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """Annotator registry in ``$NOISYCAL_HOME/annotators.json``: name, role, sha256(token), revoked, created.
 
 Tokens come from ``secrets.token_urlsafe`` and are shown once; only their SHA-256 is stored, and a presented
-token is checked with ``secrets.compare_digest`` against every stored hash (STYLE.md §5, datasette pattern).
+token is checked with ``secrets.compare_digest`` against every stored hash (the datasette pattern).
 The file is replaced atomically (temp + fsync + rename) under an exclusive lock.
 """
 

@@ -1,11 +1,12 @@
 """The per-annotator answer log ``inbox/confirmations/<annotator_id>.jsonl`` and the session state derived
 from it.
 
-Records follow CONVENTIONS ("Confirmation answer record"); nothing is ever erased: an undo is a record of its
-own naming the answer it cancels. The state of a session (dataset, issue type) is a replay of the log, so a
-closed browser, a restart or a second tab all see the same state. The stopping rule (seed 001 §3.3): walk the
-ranking in order; stop after ``stopping_count`` consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋,
-which the pipeline has already put in the snapshot's meta JSON.
+Records follow ``contracts.CONFIRMATION_FIELDS`` (checked by ``contracts.confirmation_problem`` before any
+write); nothing is ever erased: an undo is a record of its own naming the answer it cancels. The state of a
+session (dataset, issue type) is a replay of the log, so a closed browser, a restart or a second tab all see
+the same state. The stopping rule (seed 001 §3.3): walk the ranking in order; stop after ``stopping_count``
+consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋, which the pipeline has already put in the
+snapshot's meta JSON.
 
 Writes take a per-annotator lock (a thread lock plus ``flock`` on the log itself), re-derive the state under
 the lock, append one line with a single ``write`` and ``fsync`` before returning, so an acknowledged answer

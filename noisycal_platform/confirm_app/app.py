@@ -9,7 +9,7 @@ Routes
 - ``GET  /admin``                  progress and live unanimous/majority counts (admin role)
 - ``POST /logout``
 
-Security (STYLE.md §5): every route needs the session cookie ``<token>.<nonce>``; the token is checked
+Security: every route needs the session cookie ``<token>.<nonce>``; the token is checked
 against the stored sha256 with ``secrets.compare_digest`` (none → 401, unknown → 401, revoked → 403).
 Writes are refused when ``Sec-Fetch-Site`` says cross-site/same-site or ``Origin`` differs from the host (the
 header check of datasette/csrf.py), AND unless the form carries the session's CSRF token
