@@ -42,9 +42,9 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
 def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     try:
         report = inbox.ingest_annotations()
+        frame = inbox.annotations()
     except IngestError as exc:
         raise dg.Failure(description=str(exc)) from None
-    frame = inbox.annotations()
     for q in report.quarantined:
         context.log.warning(f"quarantined {q['file']}: {q['reason']}")
     return dg.Output(
