@@ -40,10 +40,12 @@ from noisycal_platform.io import (
 from noisycal_platform.paths import HomeLayout, InvalidName, confined, validate_name
 
 pytestmark = pytest.mark.timeout(300)
+_SCRATCH = tempfile.TemporaryDirectory(prefix="nc-fuzz-")  # every generated file lives here; removed at exit
 
 FAST = dict(max_examples=60, deadline=timedelta(seconds=10), suppress_health_check=[HealthCheck.too_slow],
-            derandomize=True)
-SLOW = dict(max_examples=1500, deadline=timedelta(seconds=30), suppress_health_check=[HealthCheck.too_slow])
+            derandomize=True, database=None)
+SLOW = dict(max_examples=1500, deadline=timedelta(seconds=30), suppress_health_check=[HealthCheck.too_slow],
+            database=None)
 
 
 def twin(strategy, **kw):
@@ -58,7 +60,7 @@ def twin(strategy, **kw):
 
 
 def _tmp(name: str, data: bytes) -> Path:
-    d = Path(tempfile.mkdtemp(prefix="nc-fuzz-"))
+    d = Path(tempfile.mkdtemp(prefix="nc-fuzz-", dir=_SCRATCH.name))
     p = d / name
     p.write_bytes(data)
     return p
@@ -201,7 +203,7 @@ test_parquet_readers, test_parquet_readers_slow = twin(parquet_bytes())(_parquet
 
 # ------------------------------------------------------------------ ingestion never half-writes
 def _ingest_property(raws: list[bytes]) -> None:
-    home = Path(tempfile.mkdtemp(prefix="nc-fuzz-home-"))
+    home = Path(tempfile.mkdtemp(prefix="nc-fuzz-home-", dir=_SCRATCH.name))
     layout = HomeLayout.at(home).ensure()
     for k, raw in enumerate(raws):
         (layout.annotation_inbox / f"b{k}.{'csv' if k % 3 else 'parquet'}").write_bytes(raw)
@@ -242,7 +244,7 @@ def answer_line(draw) -> bytes:
 
 
 def _jsonl_property(lines: list[bytes]) -> None:
-    home = Path(tempfile.mkdtemp(prefix="nc-fuzz-home-"))
+    home = Path(tempfile.mkdtemp(prefix="nc-fuzz-home-", dir=_SCRATCH.name))
     layout = HomeLayout.at(home).ensure()
     data = b"\n".join(lines) + b"\n"
     (layout.confirmation_inbox / "e1.jsonl").write_bytes(data)
@@ -283,7 +285,7 @@ NAMES = st.one_of(
 
 
 def _name_property(name: str) -> None:
-    base = Path(tempfile.mkdtemp(prefix="nc-fuzz-base-")).resolve()
+    base = Path(tempfile.mkdtemp(prefix="nc-fuzz-base-", dir=_SCRATCH.name)).resolve()
     try:
         ok = validate_name(name, "dataset")
     except InvalidName:
@@ -325,7 +327,7 @@ def image_bytes(draw) -> bytes:
 def _image_property(data: bytes) -> None:
     from noisycal_platform.cleaning.images import ImageDatasetError, load_images, read_image_dataset
 
-    root = Path(tempfile.mkdtemp(prefix="nc-fuzz-img-"))
+    root = Path(tempfile.mkdtemp(prefix="nc-fuzz-img-", dir=_SCRATCH.name))
     (root / "x.png").write_bytes(data)
     Image.new("RGB", (4, 4)).save(root / "ok.png")
     (root / "labels.csv").write_text("file_name,label\nx.png,a\nok.png,b\n")
