@@ -56,7 +56,7 @@ from pathlib import Path
 
 import polars as pl
 
-from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
+from noisycal_platform.contracts import CONFIRMATION_FIELDS, confirmation_log_problems, confirmation_problem
 from noisycal_platform.io import (
     SUPPORTED_SUFFIXES,
     InputError,
@@ -445,19 +445,8 @@ def accepted_annotations(layout: HomeLayout) -> pl.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------- confirmations
-ANSWER_FIELDS = {
-    "answer_id": pl.String,
-    "dataset": pl.String,
-    "issue_type": pl.String,
-    "item_id": pl.String,
-    "item_id_2": pl.String,
-    "annotator_id": pl.String,
-    "role": pl.String,
-    "answer": pl.String,
-    "undoes": pl.String,
-    "position": pl.Int64,
-    "timestamp": pl.String,
-}
+# the confirmation record's fields (defined once in contracts) as read from JSONL: text, except the rank
+ANSWER_FIELDS = {k: (pl.Int64 if k == "position" else pl.String) for k in CONFIRMATION_FIELDS}
 
 
 def read_confirmation_records(layout: HomeLayout) -> tuple[pl.DataFrame, list[dict]]:
