@@ -29,7 +29,14 @@ import polars as pl
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
-from noisycal_platform.contracts import ANSWERS, ISSUE_TYPES, ROLES, confirmation_problem, parse_utc_timestamp
+from noisycal_platform.contracts import (
+    ANSWERS,
+    CONFIRMATION_FIELDS,
+    ISSUE_TYPES,
+    ROLES,
+    confirmation_problem,
+    parse_utc_timestamp,
+)
 
 __all__ = [
     "ANSWERS",
@@ -52,18 +59,10 @@ RULES = ("unanimous", "majority")
 KEY = ("dataset", "issue_type", "item_id", "item_id_2")
 SESSION = ("dataset", "issue_type", "annotator_id")
 
+_FIELD_TYPES: dict[str, pl.DataType] = {"position": pl.Int64(), "timestamp": pl.Datetime("us", "UTC")}
+# raw/confirmations: the contract's record fields (text unless typed above) + the file each came from
 ANSWER_SCHEMA: dict[str, pl.DataType] = {
-    "answer_id": pl.String(),
-    "dataset": pl.String(),
-    "issue_type": pl.String(),
-    "item_id": pl.String(),
-    "item_id_2": pl.String(),
-    "annotator_id": pl.String(),
-    "role": pl.String(),
-    "answer": pl.String(),
-    "undoes": pl.String(),
-    "position": pl.Int64(),
-    "timestamp": pl.Datetime("us", "UTC"),
+    **{k: _FIELD_TYPES.get(k, pl.String()) for k in CONFIRMATION_FIELDS},
     "source_file": pl.String(),
 }
 
