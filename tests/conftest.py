@@ -12,10 +12,13 @@ def _quiet_dagster():
     logging.getLogger("dagster").setLevel(logging.WARNING)
 
 
-@pytest.fixture(autouse=True)
-def _no_inbox_settle_time(monkeypatch):
-    # tests drop complete files and tick at once; the settle-time tests set their own value
-    monkeypatch.setenv("NOISYCAL_INBOX_SETTLE_SECONDS", "0")
+@pytest.fixture(autouse=True, scope="session")
+def _no_inbox_settle_time():
+    # tests drop complete files and tick at once (module-scoped fixtures too: hence session scope); the
+    # settle-time tests pass their own value
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NOISYCAL_INBOX_SETTLE_SECONDS", "0")
+        yield
 
 
 @pytest.fixture
