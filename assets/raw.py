@@ -11,7 +11,8 @@ import polars as pl
 
 from assets.policy import BY_DATASET, BY_MODEL_VERSION, DATASET_COLUMN, EAGER, MODEL_VERSION_COLUMN, RAW
 from noisycal_platform.correctness import pipeline as correctness_pipeline
-from noisycal_platform.io import InputError, read_predictions, read_reference_labels
+from noisycal_platform.ingest import IngestError
+from noisycal_platform.io import InputError, read_predictions, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
@@ -32,11 +33,14 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
 
 @RAW.asset(
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
-    "invalid batches are quarantined with a reason, never half-ingested.",
+    "each bad row is quarantined with file, row, column and reason while the good rows of its batch land.",
 )
 def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    report = inbox.ingest_annotations()
-    frame = inbox.annotations()
+    try:
+        report = inbox.ingest_annotations()
+        frame = inbox.annotations()
+    except IngestError as exc:
+        raise dg.Failure(description=str(exc)) from None
     for q in report.quarantined:
         context.log.warning(f"quarantined {q['file']}: {q['reason']}")
     return dg.Output(
@@ -48,6 +52,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
             "batches_accepted_now": len(report.accepted),
             "batches_quarantined_now": len(report.quarantined),
             "duplicate_batches_now": len(report.duplicates),
+            "batches_waiting_to_settle": len(report.waiting),
             "quarantined": dg.MetadataValue.md(_md_list(report.quarantined, ("file", "reason"))),
         },
     )
@@ -77,18 +82,31 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
 
 
 @RAW.asset(
-    description="Optional clean reference labels (references/labels.csv) used only to score recalibration.",
+    description="Optional clean reference labels (references/labels.csv) used only to score recalibration; "
+    "each bad row is quarantined (file, row, column, reason), the others land.",
 )
-def reference_labels(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     path = inbox.layout.references
-    if not path.is_file():
+    if not path.is_file() and not path.is_symlink():
         frame = pl.DataFrame(schema={"item_id": pl.String, "label": pl.Int8})
         return dg.Output(frame, metadata={"rows": 0, "note": f"no reference labels at {path}"})
     try:
-        frame = read_reference_labels(path)
+        frame, problems = read_reference_label_records(path)
     except InputError as exc:
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
-    return dg.Output(frame, metadata={"rows": frame.height, "file": str(path)})
+        raise dg.Failure(description=exc.safe, metadata={"file": str(path)}) from None
+    rejected = [p.as_dict(path.name) for p in problems]
+    inbox.quarantine_records("reference_labels", rejected)
+    for r in rejected:
+        context.log.warning(f"rejected {r['file']} row {r['row']} ({r['column']}): {r['reason']}")
+    return dg.Output(
+        frame,
+        metadata={
+            "rows": frame.height,
+            "file": str(path),
+            "rejected_rows": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+        },
+    )
 
 
 @RAW.asset(
@@ -108,7 +126,7 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
             "answers": frame.height,
             "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
             "rejected_lines": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "reason"))),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
         },
     )
 
@@ -168,11 +186,15 @@ def _fail_on_input_error(fn):
     "kept and counted as invalid, never dropped.",
 )
 def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations))
+    rejected: list[dict] = []
+    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations, rejected))
+    inbox.quarantine_records("generations", rejected)
     return dg.Output(
         frame,
         metadata={
             "predictions": frame.height,
+            "rejected_lines": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
             "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
             "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
         },
@@ -186,5 +208,16 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     "independent or joint decision; each row matched to exactly one generation.",
 )
 def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations))
-    return dg.Output(frame, metadata={"audited": frame.height})
+    rejected: list[dict] = []
+    frame = _fail_on_input_error(
+        lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations, rejected)
+    )
+    inbox.quarantine_records("audit_labels", rejected)
+    return dg.Output(
+        frame,
+        metadata={
+            "audited": frame.height,
+            "rejected_rows": len(rejected),
+            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+        },
+    )

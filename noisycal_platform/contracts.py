@@ -6,16 +6,30 @@ column); ``assets/checks.py`` turns the same contracts into Great Expectations s
 
 from __future__ import annotations
 
+import numbers
+import unicodedata
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 __all__ = [
     "ANNOTATIONS",
+    "ANSWERS",
+    "CONFIRMATION_FIELDS",
     "CONTRACTS",
+    "ISSUE_TYPES",
+    "MAX_ID_LENGTH",
     "PREDICTIONS",
     "REFERENCE_LABELS",
+    "ROLES",
     "ColumnSpec",
+    "Problem",
     "TableContract",
+    "confirmation_log_problems",
+    "confirmation_problem",
+    "id_problem",
+    "parse_utc_timestamp",
     "validate_frame",
 ]
 
@@ -85,12 +99,115 @@ REFERENCE_LABELS = TableContract(
 
 CONTRACTS = {c.name: c for c in (ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS)}
 
+# ------------------------------------------------------------------------------------------------ ids
+MAX_ID_LENGTH = 256  # an id (item, annotator, answer, dataset) longer than this is a corrupt record
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an id, or None: a non-empty string of at most ``MAX_ID_LENGTH`` characters
+    with no control or format character (Unicode categories Cc, Cf: NUL, newlines, bidi overrides)."""
+    if not isinstance(value, str) or not value:
+        return "must be a non-empty string"
+    if len(value) > MAX_ID_LENGTH:
+        return f"is longer than {MAX_ID_LENGTH} characters ({len(value)})"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in value):
+        return "contains control characters"
+    return None
+
+
+# ------------------------------------------------------------------------------ confirmation answers
+# One confirmation answer, as the confirmation tool writes it (one JSON object per line of
+# ``inbox/confirmations/<annotator>.jsonl``) and as the cleaning protocol reads it (seed 001 §3.3-3.4).
+ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
+ANSWERS = ("yes", "no", "undo")
+ROLES = ("expert", "lay")  # who answers; the tool's "admin" logins never write answers
+CONFIRMATION_FIELDS: dict[str, str] = {
+    "answer_id": "unique id of this record (the tool writes 32 hex digits)",
+    "dataset": "the dataset whose queue was answered",
+    "issue_type": f"one of {ISSUE_TYPES}",
+    "item_id": "the candidate file",
+    "item_id_2": "the second file of a near-duplicate pair; null for the other issue types",
+    "annotator_id": "who answered",
+    "role": f"one of {ROLES}",
+    "answer": f"one of {ANSWERS}",
+    "undoes": "the answer_id an undo cancels; null unless answer is 'undo'",
+    "position": "the candidate's 0-based rank in the queue",
+    "timestamp": "ISO-8601 date-time with a UTC offset",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a record is invalid: the field and the reason. Never quotes the offending value."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"field '{self.field}': {self.reason}"
+
+
+def parse_utc_timestamp(value: object) -> datetime | None:
+    """An ISO-8601 date-time string carrying a UTC offset, converted to UTC; None if it is not one."""
+    if isinstance(value, datetime):
+        ts = value
+    elif isinstance(value, str) and len(value) <= 64:
+        try:
+            ts = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return None if ts.tzinfo is None else ts.astimezone(UTC)
+
+
+def confirmation_problem(rec: object) -> Problem | None:
+    """Validate one confirmation record against the contract above; None when valid.
+
+    Checks: a JSON object; every id field an id (:func:`id_problem`); ``issue_type``, ``role`` and
+    ``answer`` from their sets; ``item_id_2`` a second, different id exactly for ``near_duplicate``;
+    ``undoes`` an id exactly when ``answer`` is "undo"; ``position`` an integer >= 0; ``timestamp`` an
+    ISO-8601 date-time with a UTC offset. Cross-record rules (a repeated ``answer_id``, an undo naming an
+    unknown answer) are checked by the readers that see every record.
+    """
+    if not isinstance(rec, Mapping):
+        return Problem("<record>", "not a JSON object")
+    for f in ("answer_id", "dataset", "item_id", "annotator_id"):
+        why = id_problem(rec.get(f))
+        if why:
+            return Problem(f, why)
+    for f, allowed in (("issue_type", ISSUE_TYPES), ("role", ROLES), ("answer", ANSWERS)):
+        if rec.get(f) not in allowed:
+            return Problem(f, f"must be one of {list(allowed)}")
+    b = rec.get("item_id_2")
+    if rec["issue_type"] == "near_duplicate":
+        why = id_problem(b)
+        if why:
+            return Problem("item_id_2", f"a near_duplicate answer needs the pair's second item: {why}")
+        if b == rec["item_id"]:
+            return Problem("item_id_2", "a near_duplicate pair needs two different items")
+    elif b is not None:
+        return Problem("item_id_2", f"must be null for issue_type {rec['issue_type']}")
+    undoes = rec.get("undoes")
+    if rec["answer"] == "undo":
+        why = id_problem(undoes)
+        if why:
+            return Problem("undoes", f"an undo must name the answer it cancels: {why}")
+    elif undoes is not None:
+        return Problem("undoes", "must be null unless answer is 'undo'")
+    pos = rec.get("position")
+    if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) or not 0 <= pos < 2**53:
+        return Problem("position", "must be an integer >= 0")
+    if parse_utc_timestamp(rec.get("timestamp")) is None:
+        return Problem("timestamp", "must be an ISO-8601 date-time with a UTC offset (e.g. ...+00:00)")
+    return None
+
 
 def validate_frame(frame, contract: TableContract) -> dict:
     """Run ``contract`` as a Great Expectations suite over a polars frame (GE has no polars source: pandas).
 
     Returns ``{"success": bool, "failed": [{"expectation", "column", "unexpected_count", "examples"}],
-    "evaluated": int}``. GE is imported here, not at module import (it costs ~3 s per process, STACK.md).
+    "evaluated": int}``. GE is imported here, not at module import (it costs ~3 s per process).
     """
     import great_expectations as gx
     import great_expectations.expectations as gxe
@@ -137,6 +254,42 @@ def validate_frame(frame, contract: TableContract) -> dict:
                 }
             )
     return {"success": bool(result.success), "failed": failed, "evaluated": len(result.results)}
+
+
+def confirmation_log_problems(records: list[Mapping]) -> dict[int, Problem]:
+    """Index -> problem for records valid one by one (:func:`confirmation_problem`) but not together.
+
+    An ``answer_id`` seen again with different content rejects the later copy (identical copies are the
+    same answer, counted once); an undo is rejected when the answer it names is absent, rejected itself,
+    or another annotator's (an undo may name an undo: it restores what that one cancelled).
+    """
+
+    def content(r: Mapping) -> tuple:
+        a, b = r["item_id"], r.get("item_id_2")
+        pair = (a, b) if b is None else (min(a, b), max(a, b))
+        return (*(r.get(k) for k in CONFIRMATION_FIELDS if k not in ("item_id", "item_id_2")), pair)
+
+    bad: dict[int, Problem] = {}
+    first: dict[str, int] = {}
+    for i, r in enumerate(records):
+        j = first.setdefault(r["answer_id"], i)
+        if j != i and content(records[j]) != content(r):
+            bad[i] = Problem("answer_id", f"repeated with different content (first used by record {j + 1})")
+    undos = [i for i, r in enumerate(records) if r["answer"] == "undo" and i not in bad]
+    changed = True
+    while changed:  # an undo of a rejected undo is rejected too: iterate to the fixed point
+        changed = False
+        for i in undos:
+            if i in bad:
+                continue
+            j = first.get(records[i]["undoes"])
+            if j is None or j in bad:
+                bad[i] = Problem("undoes", "names an answer that is not in the log (or was rejected)")
+                changed = True
+            elif records[j]["annotator_id"] != records[i]["annotator_id"]:
+                bad[i] = Problem("undoes", "names another annotator's answer")
+                changed = True
+    return bad
 
 
 # ------------------------------------------------------------------------------------------ cleaning scores

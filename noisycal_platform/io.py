@@ -7,47 +7,111 @@ affected``. Readers never return a partially valid frame.
 
 from __future__ import annotations
 
+import csv
+import errno
 import hashlib
 import io as _io
 import os
+import stat
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from noisycal_platform.contracts import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, TableContract
+from noisycal_platform.contracts import (
+    ANNOTATIONS,
+    MAX_ID_LENGTH,
+    PREDICTIONS,
+    REFERENCE_LABELS,
+    TableContract,
+)
 
 __all__ = [
     "InputError",
+    "RawTable",
+    "RowProblem",
+    "append_line_durably",
     "atomic_write_bytes",
     "atomic_write_text",
+    "fsync_dir",
+    "parse_table",
+    "read_annotation_records",
     "read_annotations",
+    "read_bytes_safely",
     "read_predictions",
+    "read_reference_label_records",
     "read_reference_labels",
     "read_table",
+    "refusal",
     "sha256_file",
+    "validate_records",
 ]
 
 SUPPORTED_SUFFIXES = (".csv", ".parquet")
+MAX_FILE_BYTES = 1 << 30  # a user table larger than 1 GiB is refused before it is read
+MAX_SHOWN_VALUE = 40  # characters of an offending value quoted in an interactive error (never in quarantine)
 
 
 class InputError(ValueError):
-    """A user file violates its contract. ``file``, ``row`` (1-based data row or None) and ``column``."""
+    """A user file violates its contract. ``file``, ``row`` (1-based data row or None) and ``column``.
 
-    def __init__(self, file: str | Path, problem: str, *, row: int | None = None, column: str | None = None):
+    ``str(err)`` may quote a short offending value (``detail``) for the person who owns the file; ``safe``
+    never quotes file content and is what quarantine reasons, ledgers and logs record.
+    """
+
+    def __init__(
+        self,
+        file: str | Path,
+        problem: str,
+        *,
+        row: int | None = None,
+        column: str | None = None,
+        detail: str | None = None,
+    ):
         self.file = str(file)
         self.row = row
         self.column = column
         self.problem = problem
+        self.detail = detail
         where = ", ".join(
             part for part in (f"row {row}" if row is not None else "", f"column '{column}'" if column else "") if part
         )
-        super().__init__(f"{self.file}: {where + ': ' if where else ''}{problem}")
+        self.safe = f"{self.file}: {where + ': ' if where else ''}{problem}"
+        super().__init__(self.safe + (f" ({detail})" if detail else ""))
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """One rejected record: 1-based data row (or JSONL line), the column/field, and why (no content quoted)."""
+
+    row: int
+    column: str | None
+    reason: str
+
+    def as_dict(self, file: str) -> dict:
+        return {"file": file, "row": self.row, "column": self.column, "reason": self.reason}
+
+
+def _shown(value: object) -> str:
+    """A short, printable rendering of an offending value for an interactive message."""
+    text = repr(value)
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 3] + "..."
 
 
 # ----------------------------------------------------------------------------------------------- writing
+def fsync_dir(folder: str | Path) -> None:
+    """fsync a directory so that a rename or a new entry in it survives a power loss."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``."""
+    """Write ``data`` to a temp file in the same folder, fsync, rename over ``path``, fsync the folder."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -60,11 +124,35 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_dir(path.parent)
     return path
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def append_line_durably(path: str | Path, line: str) -> None:
+    """Append one line with a single ``write`` and fsync it (and the folder when the file is new).
+
+    A torn last line left by an earlier crash is ended first, so a record is never glued onto it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        payload = line.rstrip("\n").encode("utf-8") + b"\n"
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if size == 0:
+        fsync_dir(path.parent)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
@@ -75,116 +163,278 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-# ----------------------------------------------------------------------------------------------- reading
-def _decode_csv(path: Path, raw: bytes) -> str:
-    """UTF-8 (with or without BOM); an undecodable byte is reported with its data row and column."""
+def refusal(path: str | Path, st: os.stat_result | None = None) -> str | None:
+    """Why ``path`` must not be read (a symlink, FIFO, device, socket, folder), judged by ``lstat``; None
+    for a regular file. Nothing is opened."""
     try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        before = raw[: exc.start]
-        line_no = before.count(b"\n") + 1  # 1-based physical line; line 1 is the header
-        line_start = before.rfind(b"\n") + 1
-        col_idx = before[line_start:].count(b",")
-        header = raw.split(b"\n", 1)[0].decode("utf-8", errors="replace").lstrip("\ufeff").strip().split(",")
-        column = header[col_idx].strip() if col_idx < len(header) else None
-        raise InputError(
-            path,
-            f"unreadable encoding: byte 0x{raw[exc.start]:02x} is not valid UTF-8 (save the file as UTF-8)",
-            row=line_no - 1 if line_no > 1 else None,
-            column=column,
-        ) from None
+        st = st or os.lstat(path)
+    except FileNotFoundError:
+        return "file does not exist"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link; links are refused without being read (put the file itself here)"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a FIFO, device, socket or folder); refused without being read"
+    return None
 
 
-def read_table(path: str | Path) -> pl.DataFrame:
-    """Read a CSV (all columns as strings, UTF-8) or Parquet file; empty files raise InputError."""
+def read_bytes_safely(path: str | Path, max_bytes: int = MAX_FILE_BYTES) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file, opened with ``O_NOFOLLOW | O_NONBLOCK`` so a symlink or FIFO that
+    replaced it after a check is refused, never followed or waited on. Returns (data, fstat of the
+    opened file)."""
+    path = Path(path)
+    why = refusal(path)
+    if why:
+        raise InputError(path, why)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(path, "file does not exist") from None
+    except OSError as exc:  # ELOOP: a symlink slipped in after the lstat
+        raise InputError(path, f"cannot be opened safely ({errno.errorcode.get(exc.errno, exc.errno)})") from None
+    try:
+        st = os.fstat(fd)
+        why = refusal(path, st)
+        if why:
+            raise InputError(path, why)
+        if st.st_size > max_bytes:
+            raise InputError(path, f"file is larger than {max_bytes} bytes; refused")
+        chunks = []
+        while block := os.read(fd, 1 << 20):
+            chunks.append(block)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------------- reading
+@dataclass
+class RawTable:
+    """A file parsed into string (CSV) or typed (Parquet) columns, before the contract.
+
+    ``frame`` has one row per data row (ragged/undecodable CSV rows are all-null there and listed in
+    ``problems``); ``rows`` keeps each CSV row's fields as read (for writing rejected rows back out).
+    """
+
+    path: Path
+    frame: pl.DataFrame
+    problems: list[RowProblem]
+    header: list[str] | None = None
+    rows: list[list[str]] | None = None
+    data: bytes = b""
+
+
+def _csv_error(exc: csv.Error) -> str:
+    msg = str(exc)
+    if "unexpected end of data" in msg:
+        return "unbalanced quote: a quoted field opens here and never closes"
+    if "expected after" in msg:
+        return "malformed quoting: a quote inside a field must be doubled and the field quoted"
+    if "field larger than field limit" in msg:
+        return f"a field is larger than {csv.field_size_limit()} characters"
+    return "malformed CSV"
+
+
+def _bad_utf8(value: str) -> int | None:
+    """The first byte that was not UTF-8 (decoded with surrogateescape), or None."""
+    for c in value:
+        if "\udc80" <= c <= "\udcff":
+            return ord(c) - 0xDC00
+    return None
+
+
+def _column_label(name: str, k: int) -> str:
+    return name if name.isprintable() and 0 < len(name) <= 64 else f"#{k + 1}"
+
+
+def _parse_csv(path: Path, raw: bytes) -> RawTable:
+    """CSV -> string columns with per-row problems (ragged row, undecodable bytes). A broken header, an
+    unbalanced quote or an over-long field stops the file (no row after it can be delimited) and names the
+    row; duplicate column names are an error."""
+    try:
+        text = raw.decode("utf-8")
+        lossy = False
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", errors="surrogateescape")
+        lossy = True
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    reader = csv.reader(_io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise InputError(path, "file is empty (no header, no data rows)") from None
+    except csv.Error as exc:
+        raise InputError(path, f"header: {_csv_error(exc)}") from None
+    header = [h.strip() for h in header]
+    for k, h in enumerate(header):
+        if lossy and _bad_utf8(h) is not None:
+            raise InputError(path, f"unreadable encoding in the header (column {k + 1}); save the file as UTF-8")
+    seen: dict[str, int] = {}
+    for k, h in enumerate(header):
+        if h in seen:
+            raise InputError(
+                path,
+                f"duplicate column name: columns {seen[h] + 1} and {k + 1} are both named "
+                f"'{_column_label(h, k)}' (which one counts is ambiguous)",
+                column=_column_label(h, k),
+            )
+        seen[h] = k
+    n = len(header)
+    rows: list[list[str]] = []
+    problems: list[RowProblem] = []
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            raise InputError(path, f"{_csv_error(exc)}; no row from here on can be read", row=len(rows) + 1) from None
+        if not fields:
+            continue  # a blank line is not a row
+        rows.append(fields)
+        no = len(rows)
+        if len(fields) != n:
+            problems.append(RowProblem(no, None, f"row has {len(fields)} field(s), the header has {n}"))
+            continue
+        if lossy:
+            for k, v in enumerate(fields):
+                b = _bad_utf8(v)
+                if b is not None:
+                    problems.append(
+                        RowProblem(
+                            no,
+                            _column_label(header[k], k),
+                            f"unreadable encoding: byte 0x{b:02x} is not valid UTF-8 (save the file as UTF-8)",
+                        )
+                    )
+                    break
+    bad = {p.row for p in problems}
+    shaped = [[None] * n if (i + 1) in bad else r for i, r in enumerate(rows)]
+    columns = list(zip(*shaped, strict=True)) if shaped else [()] * n
+    frame = pl.DataFrame([pl.Series(h, list(c), dtype=pl.String) for h, c in zip(header, columns, strict=True)])
+    return RawTable(path, frame, problems, header=header, rows=rows, data=raw)
+
+
+def parse_table(path: str | Path, data: bytes | None = None, *, allow_no_rows: bool = False) -> RawTable:
+    """Read a CSV (all columns as strings, UTF-8) or Parquet file into a :class:`RawTable`. File-level
+    problems (unsupported type, not a regular file, empty, unreadable Parquet, broken CSV structure)
+    raise InputError; row-level ones are listed in ``problems``."""
     path = Path(path)
     if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-        raise InputError(path, f"unsupported file type {path.suffix!r}; use .csv or .parquet")
-    if not path.is_file():
-        raise InputError(path, "file does not exist")
-    if path.stat().st_size == 0:
+        raise InputError(path, f"unsupported file type {_shown(path.suffix)}; use .csv or .parquet")
+    if data is None:
+        data, _ = read_bytes_safely(path)
+    if not data:
         raise InputError(path, "file is empty (no header, no data rows)")
     if path.suffix.lower() == ".parquet":
         try:
-            df = pl.read_parquet(path)
+            df = pl.read_parquet(_io.BytesIO(data))
         except Exception as exc:  # polars raises several error types for corrupt parquet
-            raise InputError(path, f"unreadable parquet file ({type(exc).__name__}: {exc})") from None
+            raise InputError(path, f"unreadable parquet file ({type(exc).__name__})") from None
+        table = RawTable(path, df, [], data=data)
     else:
-        text = _decode_csv(path, path.read_bytes())
-        try:
-            df = pl.read_csv(_io.StringIO(text), infer_schema=False)
-        except pl.exceptions.NoDataError:
-            raise InputError(path, "file is empty (no header, no data rows)") from None
-        except pl.exceptions.ComputeError as exc:
-            raise InputError(path, f"malformed CSV ({exc})") from None
-        df = df.rename({c: c.strip() for c in df.columns})
-    if df.height == 0:
+        table = _parse_csv(path, data)
+    if table.frame.height == 0 and not allow_no_rows:
         raise InputError(path, "file is empty (header only, no data rows)")
-    return df
+    return table
 
 
-def _first_bad(path: Path, mask: pl.Series, df: pl.DataFrame, column: str, problem: str) -> None:
-    """Raise for the first True in ``mask`` (row numbers are 1-based data rows)."""
-    mask = mask.fill_null(True)
-    n_bad = int(mask.sum())
-    if n_bad:
-        idx = int(mask.arg_true()[0])
-        value = df[column][idx]
-        raise InputError(path, f"{problem} (got {value!r}); {n_bad} row(s) affected", row=idx + 1, column=column)
+def read_table(path: str | Path) -> pl.DataFrame:
+    """Read a CSV (all columns as strings, UTF-8) or Parquet file; any problem raises InputError."""
+    table = parse_table(path)
+    if table.problems:
+        p = table.problems[0]
+        raise InputError(table.path, p.reason, row=p.row, column=p.column)
+    return table.frame
 
 
-def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataFrame:
+_CONTROL = r"[\p{Cc}\p{Cf}]"
+
+
+def _column_checks(path: Path, df: pl.DataFrame, contract: TableContract) -> tuple[dict, list]:
+    """Converted columns, and the checks in contract order: (mask of bad rows, column, problem)."""
     missing = [c for c in contract.required if c not in df.columns]
     if missing:
         raise InputError(
             path,
-            f"missing required column(s) {missing}; found {df.columns} (contract '{contract.name}' needs "
-            f"{list(contract.required)})",
+            f"missing required column(s) {missing} (contract '{contract.name}' needs {list(contract.required)})",
             column=missing[0],
+            detail=f"found {len(df.columns)} column(s)",
         )
     out: dict[str, pl.Series] = {}
+    checks: list[tuple[pl.Series, str, str]] = []
     for spec in contract.columns:
         if spec.name not in df.columns:
             continue
         col = df[spec.name]
-        if spec.kind == "id":
-            s = col.cast(pl.String, strict=False).str.strip_chars()
-            _first_bad(path, s.is_null() | (s.str.len_chars() == 0), df, spec.name, f"{spec.name} must not be empty")
-            out[spec.name] = s
-        elif spec.kind == "binary":
-            if col.dtype == pl.String:
-                s = col.str.strip_chars()
-                ok = s.is_in(["0", "1"])
-                _first_bad(path, ~ok, df, spec.name, f"{spec.name} must be 0 or 1")
-                out[spec.name] = (s == "1").cast(pl.Int8)
-            else:
-                f = col.cast(pl.Float64, strict=False)
-                ok = f.is_in([0.0, 1.0])
-                _first_bad(path, ~ok, df, spec.name, f"{spec.name} must be 0 or 1")
-                out[spec.name] = f.cast(pl.Int8)
-        elif spec.kind == "unit_float":
-            f = (
-                col.str.strip_chars().cast(pl.Float64, strict=False)
-                if col.dtype == pl.String
-                else col.cast(pl.Float64, strict=False)
+        try:
+            if spec.kind == "id":
+                if not (col.dtype == pl.String or col.dtype.is_integer() or col.dtype == pl.Categorical):
+                    raise TypeError
+                s = col.cast(pl.String, strict=False).str.strip_chars()
+                checks.append((s.is_null() | (s.str.len_chars() == 0), spec.name, f"{spec.name} must not be empty"))
+                checks.append(
+                    (s.str.len_chars() > MAX_ID_LENGTH, spec.name, f"{spec.name} is longer than {MAX_ID_LENGTH} "
+                     "characters")
+                )
+                checks.append((s.str.contains(_CONTROL), spec.name, f"{spec.name} contains control characters"))
+                out[spec.name] = s
+            elif spec.kind == "binary":
+                if col.dtype == pl.String:
+                    s = col.str.strip_chars()
+                    checks.append((~s.is_in(["0", "1"]), spec.name, f"{spec.name} must be 0 or 1"))
+                    out[spec.name] = (s == "1").cast(pl.Int8)
+                elif col.dtype.is_numeric() or col.dtype == pl.Boolean:
+                    f = col.cast(pl.Float64, strict=False)
+                    checks.append((~f.is_in([0.0, 1.0]), spec.name, f"{spec.name} must be 0 or 1"))
+                    out[spec.name] = f.fill_nan(None).cast(pl.Int8, strict=False)
+                else:
+                    raise TypeError
+            elif spec.kind == "unit_float":
+                if col.dtype == pl.String:
+                    f = col.str.strip_chars().cast(pl.Float64, strict=False)
+                elif col.dtype.is_numeric():
+                    f = col.cast(pl.Float64, strict=False)
+                else:
+                    raise TypeError
+                checks.append((f.is_null(), spec.name, f"{spec.name} must be a number"))
+                checks.append((f.is_nan(), spec.name, f"{spec.name} must not be NaN"))
+                checks.append(((f < 0.0) | (f > 1.0), spec.name, f"{spec.name} must lie in [0, 1]"))
+                out[spec.name] = f
+            elif spec.kind == "timestamp":
+                if col.dtype == pl.String:
+                    s = col.str.strip_chars()
+                    empty = s.is_null() | (s.str.len_chars() == 0)
+                    ts = s.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
+                    checks.append((~empty & ts.is_null(), spec.name, f"{spec.name} must be an ISO-8601 date-time"))
+                    out[spec.name] = ts
+                elif isinstance(col.dtype, pl.Datetime):
+                    out[spec.name] = (
+                        col.dt.replace_time_zone("UTC")
+                        if col.dtype.time_zone is None
+                        else col.dt.convert_time_zone("UTC")
+                    ).dt.cast_time_unit("us")
+                else:
+                    raise TypeError
+        except (TypeError, pl.exceptions.PolarsError):
+            raise InputError(
+                path, f"{spec.name} has unsupported type {col.dtype} (contract kind '{spec.kind}')", column=spec.name
+            ) from None
+    return out, checks
+
+
+def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataFrame:
+    """All-or-nothing: the first violation (contract order, then row) raises InputError."""
+    out, checks = _column_checks(path, df, contract)
+    for mask, column, problem in checks:
+        mask = mask.fill_null(True)
+        n_bad = int(mask.sum())
+        if n_bad:
+            idx = int(mask.arg_true()[0])
+            raise InputError(
+                path, f"{problem}; {n_bad} row(s) affected", row=idx + 1, column=column,
+                detail=f"got {_shown(df[column][idx])}",
             )
-            _first_bad(path, f.is_null(), df, spec.name, f"{spec.name} must be a number")
-            _first_bad(path, f.is_nan(), df, spec.name, f"{spec.name} must not be NaN")
-            _first_bad(path, (f < 0.0) | (f > 1.0), df, spec.name, f"{spec.name} must lie in [0, 1]")
-            out[spec.name] = f
-        elif spec.kind == "timestamp":
-            if col.dtype == pl.String:
-                s = col.str.strip_chars()
-                empty = s.is_null() | (s.str.len_chars() == 0)
-                ts = s.str.to_datetime(time_zone="UTC", strict=False, time_unit="us")
-                _first_bad(path, ~empty & ts.is_null(), df, spec.name, f"{spec.name} must be an ISO-8601 date-time")
-                out[spec.name] = ts
-            elif isinstance(col.dtype, pl.Datetime):
-                out[spec.name] = (
-                    col.dt.replace_time_zone("UTC") if col.dtype.time_zone is None else col.dt.convert_time_zone("UTC")
-                ).dt.cast_time_unit("us")
-            else:
-                raise InputError(path, f"{spec.name} must be a date-time, got dtype {col.dtype}", column=spec.name)
     frame = pl.DataFrame(out)
     if contract.unique_key:
         dup = frame.select(contract.unique_key).is_duplicated()
@@ -199,12 +449,39 @@ def _validate(path: Path, df: pl.DataFrame, contract: TableContract) -> pl.DataF
             key = {k: first_dups[k][0] for k in contract.unique_key}
             raise InputError(
                 path,
-                f"duplicate {tuple(contract.unique_key)} {key}: also in data row {rows[0] + 1}; "
+                f"duplicate {tuple(contract.unique_key)}: also in data row {rows[0] + 1}; "
                 f"{int(dup.sum())} row(s) affected",
                 row=rows[1] + 1,
                 column=contract.unique_key[-1],
+                detail=_shown(key),
             )
     return frame
+
+
+def validate_records(table: RawTable, contract: TableContract) -> tuple[pl.DataFrame, list[RowProblem]]:
+    """Record-level: (the valid rows with their 1-based data row in ``row``, one problem per bad row).
+
+    A row is bad when its parse failed, any contract check fails on it, or its unique key occurs more than
+    once in the file (every occurrence is rejected: which one is right is the author's call).
+    """
+    df = table.frame
+    out, checks = _column_checks(table.path, df, contract)
+    first: dict[int, RowProblem] = {p.row: p for p in table.problems}
+    for mask, column, problem in checks:
+        for idx in mask.fill_null(True).arg_true().to_list():
+            first.setdefault(idx + 1, RowProblem(idx + 1, column, problem))
+    frame = pl.DataFrame(out).with_row_index("row", offset=1).with_columns(pl.col("row").cast(pl.Int64))
+    if contract.unique_key:
+        ok = frame.filter(~pl.col("row").is_in(list(first)))
+        dup = ok.filter(ok.select(contract.unique_key).is_duplicated())
+        groups = dup.group_by(list(contract.unique_key), maintain_order=True).agg(pl.col("row"))
+        for rows in groups["row"].to_list():
+            where = ", ".join(str(r) for r in rows)
+            for r in rows:
+                why = f"duplicate {tuple(contract.unique_key)}: in data rows {where}"
+                first.setdefault(r, RowProblem(r, contract.unique_key[-1], why))
+    good = frame.filter(~pl.col("row").is_in(list(first)))
+    return good, [first[r] for r in sorted(first)]
 
 
 def read_annotations(path: str | Path) -> pl.DataFrame:
@@ -215,6 +492,23 @@ def read_annotations(path: str | Path) -> pl.DataFrame:
     if "timestamp" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("timestamp"))
     return frame.select("item_id", "annotator_id", "label", "timestamp")
+
+
+def read_annotation_records(path: str | Path, data: bytes | None = None) -> tuple[pl.DataFrame, RawTable, list]:
+    """Record-level reading of an annotation batch: (valid rows as :func:`read_annotations` plus their data
+    ``row``, the parsed table, one :class:`RowProblem` per bad row). File-level problems raise InputError."""
+    table = parse_table(path, data)
+    good, problems = validate_records(table, ANNOTATIONS)
+    if "timestamp" not in good.columns:
+        good = good.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("timestamp"))
+    return good.select("item_id", "annotator_id", "label", "timestamp", "row"), table, problems
+
+
+def read_reference_label_records(path: str | Path) -> tuple[pl.DataFrame, list[RowProblem]]:
+    """Record-level reading of ``references/labels.csv``: (valid ``item_id``, ``label`` rows, bad rows)."""
+    table = parse_table(path)
+    good, problems = validate_records(table, REFERENCE_LABELS)
+    return good.select("item_id", "label"), problems
 
 
 def read_predictions(path: str | Path) -> pl.DataFrame:

@@ -8,12 +8,60 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HomeLayout", "default_home"]
+__all__ = ["MAX_NAME_LENGTH", "HomeLayout", "InvalidName", "confined", "default_home", "name_problem", "validate_name"]
 
 HOME_ENV = "NOISYCAL_HOME"
+MAX_NAME_LENGTH = 128
+
+
+class InvalidName(ValueError):
+    """A user-given name (dataset, model version, annotator) that cannot name a file inside the home."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a dataset / model-version / annotator name, or None.
+
+    A name becomes one path component under the home, so it must be a non-empty string of at most
+    ``MAX_NAME_LENGTH`` characters, without ``/`` or ``\\``, not ``.``/``..`` nor starting with a dot, without
+    control or format characters (Unicode Cc, Cf) and without surrounding blanks. Quotes, semicolons and
+    other Unicode are harmless here (no SQL or shell is built from names) and stay allowed.
+    """
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"is longer than {MAX_NAME_LENGTH} characters"
+    if "/" in name or "\\" in name:
+        return "must not contain a path separator ('/' or '\\')"
+    if name.startswith("."):
+        return "must not start with a dot (no '.', '..' or hidden names)"
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in name):
+        return "must not contain control characters"
+    if name != name.strip():
+        return "must not start or end with blanks"
+    return None
+
+
+def validate_name(name: object, kind: str = "name") -> str:
+    """``name`` itself if :func:`name_problem` finds nothing; raises InvalidName (without echoing the name's
+    control characters) otherwise. The one check every user-given name passes before it names a path."""
+    why = name_problem(name)
+    if why:
+        shown = "".join(c if c.isprintable() else "?" for c in str(name))[:MAX_NAME_LENGTH]
+        raise InvalidName(f"{kind} name {shown!r} refused: it {why}")
+    return name  # type: ignore[return-value]
+
+
+def confined(base: str | Path, name: str, suffix: str = "", kind: str = "name") -> Path:
+    """``base / (name + suffix)`` for a validated ``name``, checked to resolve inside ``base``."""
+    base = Path(base)
+    path = base / (validate_name(name, kind) + suffix)
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise InvalidName(f"{kind} name refused: it resolves outside {base}")
+    return path
 
 
 def default_home() -> Path:
@@ -143,25 +191,32 @@ class HomeLayout:
             return []
         out = []
         for d in sorted(self.models.iterdir()):
-            if d.is_dir() and any((d / f"predictions.{ext}").is_file() for ext in ("csv", "parquet")):
+            if name_problem(d.name) is None and d.is_dir() and any(
+                (d / f"predictions.{ext}").is_file() for ext in ("csv", "parquet")
+            ):
                 out.append(d.name)
         return out
 
     def predictions_file(self, version: str) -> Path:
+        folder = confined(self.models, version, kind="model version")
         for ext in ("parquet", "csv"):
-            p = self.models / version / f"predictions.{ext}"
+            p = folder / f"predictions.{ext}"
             if p.is_file():
                 return p
         raise FileNotFoundError(f"model version {version!r} has no predictions.csv|parquet in {self.models / version}")
 
     def registered_datasets(self) -> dict[str, Path]:
-        """Datasets under ``datasets/<name>/`` plus those registered by path in ``datasets.json``."""
+        """Datasets under ``datasets/<name>/`` plus those registered by path in ``datasets.json``.
+
+        Only names that pass :func:`validate_name` are datasets (a hand-edited registry entry such as
+        ``../../x`` is ignored here; ``noisycal datasets add`` refuses it up front)."""
         found: dict[str, Path] = {}
         if self.datasets.is_dir():
             for d in sorted(self.datasets.iterdir()):
-                if d.is_dir() and not d.name.startswith("."):
+                if name_problem(d.name) is None and d.is_dir():
                     found[d.name] = d.resolve()
         if self.dataset_registry.is_file():
             for name, path in json.loads(self.dataset_registry.read_text(encoding="utf-8")).items():
-                found[name] = Path(path).resolve()
+                if name_problem(name) is None and isinstance(path, str):
+                    found[name] = Path(path).resolve()
         return dict(sorted(found.items()))

@@ -113,11 +113,18 @@ def cmd_datasets(args) -> int:
         for name, path in layout.registered_datasets().items():
             print(f"{name}\t{path}")
         return 0
+    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.paths import InvalidName, validate_name
+
+    try:
+        validate_name(args.name, "dataset")
+    except InvalidName as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
     path = Path(args.path).expanduser().resolve()
     if not path.is_dir():
         print(f"not a folder: {path}", file=sys.stderr)
         return 2
-    from noisycal_platform.io import atomic_write_text
 
     registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
     registry[args.name] = str(path)

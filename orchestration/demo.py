@@ -38,6 +38,8 @@ def _prepare_home(layout: HomeLayout, fresh: bool) -> str | None:
         shutil.rmtree(home)
     layout.ensure()
     (home / MARKER).write_text("created by `noisycal demo`; `noisycal demo --fresh` may delete this folder\n")
+    # the demo drops its batches and ticks at once: no settle time (files are complete when ticked)
+    (home / "settings.json").write_text('{"inbox_settle_seconds": 0}\n')
     return None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -14,9 +15,14 @@ from noisycal_platform.ingest import (
     ledger_entries,
     pending_annotation_files,
     read_confirmation_records,
+    refused_inbox_entries,
+    write_record_quarantine,
 )
 from noisycal_platform.io import sha256_file
 from noisycal_platform.paths import HomeLayout
+from resources.settings import load_settings
+
+SETTLE_ENV = "NOISYCAL_INBOX_SETTLE_SECONDS"  # overrides settings.json for scripted drops (tests, the demo)
 
 __all__ = ["InboxResource"]
 
@@ -30,24 +36,42 @@ class InboxResource(dg.ConfigurableResource):
     def layout(self) -> HomeLayout:
         return HomeLayout.at(self.home)
 
+    @property
+    def settle_seconds(self) -> float:
+        """How long a batch must stay unchanged before it is ingested (``inbox_settle_seconds``)."""
+        env = os.environ.get(SETTLE_ENV)
+        return float(env) if env else float(load_settings(self.layout.home).inbox_settle_seconds)
+
     def new_annotation_batches(self) -> list[tuple[Path, str]]:
-        """(path, sha256) of inbox files whose content the ledger has not seen as accepted."""
+        """(path, key) of settled inbox files whose content the ledger has not seen as accepted (key = sha256),
+        and of links / special files to refuse (key from their name and inode; never opened)."""
         known = {h for h, e in ledger_entries(self.layout).items() if e["status"] == "accepted"}
         out = []
-        for path in pending_annotation_files(self.layout):
-            digest = sha256_file(path)
+        for path, _why in refused_inbox_entries(self.layout):
+            st = os.lstat(path)
+            out.append((path, f"refused-{st.st_ino}-{st.st_mtime_ns}"))
+        for path in pending_annotation_files(self.layout, self.settle_seconds):
+            try:
+                digest = sha256_file(path)
+            except OSError:  # moved away meanwhile
+                continue
             if digest not in known:
                 out.append((path, digest))
         return out
 
     def ingest_annotations(self) -> IngestReport:
-        return ingest_annotation_batches(self.layout)
+        return ingest_annotation_batches(self.layout, self.settle_seconds)
 
     def annotations(self) -> pl.DataFrame:
         return accepted_annotations(self.layout)
 
     def confirmations(self) -> tuple[pl.DataFrame, list[dict]]:
-        return read_confirmation_records(self.layout)
+        frame, rejected = read_confirmation_records(self.layout)
+        write_record_quarantine(self.layout, "confirmations", rejected)
+        return frame, rejected
+
+    def quarantine_records(self, source: str, rejected: list[dict]) -> None:
+        write_record_quarantine(self.layout, source, rejected)
 
     def confirmation_fingerprint(self) -> str:
         """Changes whenever any confirmations file grows or is replaced (name, size, mtime)."""

@@ -52,6 +52,8 @@ class SettingsResource(dg.ConfigurableResource):
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000
     seed: int = 0
+    # drop folders: a batch is ingested once unchanged this long (0 = writers rename complete files in)
+    inbox_settle_seconds: float = Field(default=30.0, ge=0.0, le=60.0)
 
 
 def load_settings(home: Path) -> SettingsResource:

@@ -12,6 +12,15 @@ def _quiet_dagster():
     logging.getLogger("dagster").setLevel(logging.WARNING)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_inbox_settle_time():
+    # tests drop complete files and tick at once (module-scoped fixtures too: hence session scope); the
+    # settle-time tests pass their own value
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NOISYCAL_INBOX_SETTLE_SECONDS", "0")
+        yield
+
+
 @pytest.fixture
 def layout(tmp_path) -> HomeLayout:
     return HomeLayout.at(tmp_path / "home").ensure()

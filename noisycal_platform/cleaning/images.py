@@ -1,6 +1,6 @@
 """Reading an image dataset (folder + ``labels.csv`` or ImageFolder tree) into a validated frame.
 
-Layouts (CONVENTIONS runtime layout, ``datasets/<name>/``):
+Layouts (``datasets/<name>/`` or a folder registered by path):
 
 * ``<root>/labels.csv`` with columns ``file_name,label`` (file_name relative to root), or
 * an ImageFolder tree ``<root>/<label>/<file>`` (used when there is no ``labels.csv``).
@@ -132,20 +132,27 @@ def _check_relative(name: str, root: Path) -> tuple[str, Path] | str:
     return rel, resolved
 
 
-def _read_labels_csv(root: Path, csv_path: Path) -> list[tuple[int, str, str | None]]:
+def _read_labels_csv(root: Path, csv_path: Path, excluded: list[dict]) -> list[tuple[int, str, str | None]]:
+    """Rows of ``labels.csv`` read with the platform's CSV reader (``io.parse_table``: a link or special file
+    is refused unread, duplicate column names and unbalanced quotes are errors naming the row, reasons never
+    quote content). A ragged or undecodable row is excluded with its row number; the others are returned."""
+    from noisycal_platform.io import InputError, parse_table
+
     try:
-        table = pl.read_csv(csv_path, infer_schema=False)
-    except (pl.exceptions.PolarsError, OSError, UnicodeDecodeError) as exc:
-        raise ImageDatasetError(f"{csv_path}: cannot parse as CSV: {exc}") from exc
-    cols = [c.lstrip("\ufeff").strip() for c in table.columns]  # tolerate a UTF-8 BOM (Excel exports)
-    table.columns = cols
+        table = parse_table(csv_path, allow_no_rows=True)
+    except InputError as exc:
+        raise ImageDatasetError(f"{exc.safe}") from None
+    cols = table.frame.columns
     missing = [c for c in ("file_name", "label") if c not in cols]
     if missing:
-        raise ImageDatasetError(f"{csv_path}: missing column(s) {missing}; found {cols}")
-    names = table["file_name"].to_list()
-    labels = table["label"].to_list()
+        raise ImageDatasetError(f"{csv_path}: missing column(s) {missing}")
+    bad = {p.row: p for p in table.problems}
+    for p in table.problems:
+        excluded.append({"file_name": f"<row {p.row}>", "row": p.row, "column": p.column, "reason": p.reason})
+    names = table.frame["file_name"].to_list()
+    labels = table.frame["label"].to_list()
     pairs = zip(names, labels, strict=True)
-    return [(i + 1, n if n is not None else "", lab) for i, (n, lab) in enumerate(pairs)]
+    return [(i + 1, n if n is not None else "", lab) for i, (n, lab) in enumerate(pairs) if (i + 1) not in bad]
 
 
 def _walk_image_folder(root: Path) -> tuple[list[tuple[None, str, str]], list[dict]]:
@@ -183,7 +190,7 @@ def read_image_dataset(
     allowed_labels: Iterable[str] | None = None,
     strict: bool = False,
 ) -> ImageDataset:
-    """Read and validate an image dataset (issue 3 §2 ``raw/images``).
+    """Read and validate an image dataset (the ``raw/images`` asset).
 
     Parameters
     ----------
@@ -199,9 +206,9 @@ def read_image_dataset(
 
     csv_path = root_p / LABELS_CSV
     excluded: list[dict] = []
-    if csv_path.is_file():
+    if csv_path.is_file() or csv_path.is_symlink():
         layout: Literal["labels_csv", "image_folder"] = "labels_csv"
-        entries: Sequence[tuple[int | None, str, str | None]] = _read_labels_csv(root_p, csv_path)
+        entries: Sequence[tuple[int | None, str, str | None]] = _read_labels_csv(root_p, csv_path, excluded)
     else:
         layout = "image_folder"
         entries, excluded = _walk_image_folder(root_p)
@@ -268,9 +275,36 @@ def read_image_dataset(
                         content_hash=dataset_content_hash(frame))
 
 
+def to_rgb8(im: Image.Image) -> Image.Image:
+    """An 8-bit RGB image of any Pillow mode, scaling high bit depths instead of clipping them.
+
+    ``convert("RGB")`` clips the 16-bit (``I;16*``), 32-bit integer (``I``) and float (``F``) modes at 255,
+    which turns most of a radiograph white. Here a 16-bit image is scaled by its nominal range
+    (v · 255 / 65535, rounded); ``I``/``F`` values already in [0, 255] are kept, values in [0, 65535] are
+    scaled as 16 bit, and any other range is stretched linearly from its min to its max (a constant image
+    maps to 0). Every other mode goes through Pillow's own conversion (palette, CMYK, alpha, 8-bit grey).
+    """
+    if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        if a.ndim == 3:  # some 16-bit readers give a trailing channel axis
+            a = a[..., 0]
+        finite = np.isfinite(a)
+        a = np.where(finite, a, 0.0)
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if im.mode.startswith("I;16") or (lo >= 0 and 255 < hi <= 65535):
+            scaled = a * (255.0 / 65535.0)
+        elif lo >= 0 and hi <= 255:
+            scaled = a
+        else:
+            scaled = (a - lo) * (255.0 / (hi - lo)) if hi > lo else np.zeros_like(a)
+        grey = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8))  # 2-D uint8 -> mode "L"
+        return grey.convert("RGB")
+    return im.convert("RGB")
+
+
 def _decode_resized(path: str, size: int) -> np.ndarray:
     with Image.open(path) as im:
-        im = im.convert("RGB")
+        im = to_rgb8(im)
         if im.size != (size, size):
             im = im.resize((size, size), Image.Resampling.BICUBIC)
         return np.asarray(im, dtype=np.uint8)

@@ -22,13 +22,21 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import polars as pl
 from scipy import sparse
 from scipy.sparse.csgraph import connected_components
+
+from noisycal_platform.contracts import (
+    ANSWERS,
+    CONFIRMATION_FIELDS,
+    ISSUE_TYPES,
+    ROLES,
+    confirmation_problem,
+    parse_utc_timestamp,
+)
 
 __all__ = [
     "ANSWERS",
@@ -47,25 +55,14 @@ __all__ = [
     "truncate_sessions",
 ]
 
-ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
-ANSWERS = ("yes", "no", "undo")
-ROLES = ("expert", "lay")
 RULES = ("unanimous", "majority")
 KEY = ("dataset", "issue_type", "item_id", "item_id_2")
 SESSION = ("dataset", "issue_type", "annotator_id")
 
+_FIELD_TYPES: dict[str, pl.DataType] = {"position": pl.Int64(), "timestamp": pl.Datetime("us", "UTC")}
+# raw/confirmations: the contract's record fields (text unless typed above) + the file each came from
 ANSWER_SCHEMA: dict[str, pl.DataType] = {
-    "answer_id": pl.String(),
-    "dataset": pl.String(),
-    "issue_type": pl.String(),
-    "item_id": pl.String(),
-    "item_id_2": pl.String(),
-    "annotator_id": pl.String(),
-    "role": pl.String(),
-    "answer": pl.String(),
-    "undoes": pl.String(),
-    "position": pl.Int64(),
-    "timestamp": pl.Datetime("us", "UTC"),
+    **{k: _FIELD_TYPES.get(k, pl.String()) for k in CONFIRMATION_FIELDS},
     "source_file": pl.String(),
 }
 
@@ -86,59 +83,26 @@ def stopping_count(p_chance: float = 0.05, p_plus: float = 0.05) -> int:
     return math.floor(math.log(float(p_chance)) / math.log1p(-float(p_plus)) + 1e-9)
 
 
-def _parse_ts(v: Any, where: str) -> datetime:
-    if isinstance(v, datetime):
-        ts = v
-    elif isinstance(v, str):
-        try:
-            ts = datetime.fromisoformat(v)
-        except ValueError as e:
-            raise ValueError(f"{where}: timestamp is not ISO-8601, got {v!r}") from e
-    else:
-        raise ValueError(f"{where}: timestamp must be an ISO-8601 string, got {v!r}")
-    if ts.tzinfo is None:
-        raise ValueError(f"{where}: timestamp must carry a UTC offset, got {v!r}")
-    return ts.astimezone(UTC)
-
-
 def answers_from_records(
     records: Iterable[Mapping[str, Any]], source_file: str | None = None
 ) -> pl.DataFrame:
     """Validated answer records -> frame (``ANSWER_SCHEMA``: the record fields + ``source_file``).
 
-    Each record is checked once (ValueError names the record's answer_id and field). Repeated identical
-    answer_ids are collapsed (exactly-once); the same answer_id with different content is an error.
-    Near-duplicate pairs are stored with ``item_id < item_id_2``. ``source_file`` fills records that do
-    not carry one.
+    Each record is checked once with :func:`noisycal_platform.contracts.confirmation_problem` (ValueError
+    names the record's answer_id and field). Repeated identical answer_ids are collapsed (exactly-once);
+    the same answer_id with different content is an error. Near-duplicate pairs are stored with
+    ``item_id < item_id_2``. ``source_file`` fills records that do not carry one.
     """
     rows: dict[str, dict] = {}
     for i, rec in enumerate(records):
-        aid = rec.get("answer_id")
+        aid = rec.get("answer_id") if isinstance(rec, Mapping) else None
         where = f"record {i} (answer_id={aid!r})"
-        if not isinstance(aid, str) or not aid:
-            raise ValueError(f"{where}: answer_id must be a non-empty string")
-        for f in ("dataset", "issue_type", "item_id", "annotator_id", "role", "answer"):
-            if not isinstance(rec.get(f), str) or not rec.get(f):
-                raise ValueError(f"{where}: {f} must be a non-empty string, got {rec.get(f)!r}")
-        if rec["issue_type"] not in ISSUE_TYPES:
-            raise ValueError(f"{where}: issue_type must be one of {ISSUE_TYPES}, got {rec['issue_type']!r}")
-        if rec["answer"] not in ANSWERS:
-            raise ValueError(f"{where}: answer must be one of {ANSWERS}, got {rec['answer']!r}")
-        if rec["role"] not in ROLES:
-            raise ValueError(f"{where}: role must be one of {ROLES}, got {rec['role']!r}")
+        problem = confirmation_problem(rec)
+        if problem is not None:
+            raise ValueError(f"{where}: {problem}")
         a, b = rec["item_id"], rec.get("item_id_2")
-        if rec["issue_type"] == "near_duplicate":
-            if not isinstance(b, str) or not b or b == a:
-                raise ValueError(f"{where}: near_duplicate needs a second, different item_id_2, got {b!r}")
+        if b is not None:
             a, b = min(a, b), max(a, b)
-        elif b is not None:
-            raise ValueError(f"{where}: item_id_2 must be null for {rec['issue_type']}, got {b!r}")
-        undoes = rec.get("undoes")
-        if (rec["answer"] == "undo") != (undoes is not None):
-            raise ValueError(f"{where}: 'undoes' must name an answer_id exactly when answer is 'undo'")
-        pos = rec.get("position")
-        if isinstance(pos, bool) or not isinstance(pos, numbers.Integral) or pos < 0:
-            raise ValueError(f"{where}: position must be an int >= 0, got {pos!r}")
         row = dict(
             answer_id=aid,
             dataset=rec["dataset"],
@@ -148,9 +112,9 @@ def answers_from_records(
             annotator_id=rec["annotator_id"],
             role=rec["role"],
             answer=rec["answer"],
-            undoes=undoes,
-            position=pos,
-            timestamp=_parse_ts(rec.get("timestamp"), where),
+            undoes=rec.get("undoes"),
+            position=int(rec["position"]),
+            timestamp=parse_utc_timestamp(rec["timestamp"]),
             source_file=rec.get("source_file", source_file),
         )
         if aid in rows:

@@ -1,11 +1,11 @@
-"""Simulated confirmation raters for the demo (issue 3 §2 "simulated experts and lay raters").
+"""Simulated confirmation raters for the demo (simulated experts and lay raters, seed 001 §3.3-3.4).
 
 Each rater walks every ranking of the queue snapshot in ``position`` order, answers "yes" with
 probability ``sensitivity`` when the candidate is a true (injected) issue and with 1 − ``specificity``
 otherwise, and stops after ``n_stop`` consecutive "no" (seed 001 §3.3). With probability ``undo_rate``
 an answer is first given wrongly, then undone and answered again, so the undo path of the pipeline is
 exercised while the effective answers stay those of the rater model. Output: answer records in the
-exact JSON-line format of CONVENTIONS.md. Deterministic given ``seed`` (ids, answers, timestamps).
+exact JSON-line format of ``contracts.CONFIRMATION_FIELDS``. Deterministic given ``seed`` (ids, answers, timestamps).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from noisycal_platform.cleaning.protocol import ISSUE_TYPES, ROLES, session_stop_index, stopping_count
+from noisycal_platform.cleaning.protocol import session_stop_index, stopping_count
+from noisycal_platform.contracts import CONFIRMATION_FIELDS, ISSUE_TYPES, ROLES, confirmation_problem
 
 __all__ = ["Rater", "Truth", "simulate_answers"]
 
@@ -186,17 +187,9 @@ def simulate_answers(
                     )
                 )
                 t += timedelta(seconds=seconds_per_answer)
-    order = [
-        "answer_id",
-        "dataset",
-        "issue_type",
-        "item_id",
-        "item_id_2",
-        "annotator_id",
-        "role",
-        "answer",
-        "undoes",
-        "position",
-        "timestamp",
-    ]
-    return [{k: rec[k] for k in order} for rec in records]
+    out = [{k: rec[k] for k in CONFIRMATION_FIELDS} for rec in records]
+    for rec in out:  # the simulated raters write exactly what the confirmation tool may write
+        problem = confirmation_problem(rec)
+        if problem is not None:
+            raise ValueError(f"simulated record {rec['answer_id']} breaks the confirmation contract: {problem}")
+    return out

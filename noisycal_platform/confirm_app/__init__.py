@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from noisycal_platform.confirm_app.annotators import ROLES
+
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
@@ -27,7 +29,6 @@ __all__ = [
     "serve",
 ]
 
-ROLES = ("expert", "lay", "admin")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 HOST_HELP = (

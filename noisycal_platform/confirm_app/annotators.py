@@ -1,7 +1,7 @@
 """Annotator registry in ``$NOISYCAL_HOME/annotators.json``: name, role, sha256(token), revoked, created.
 
 Tokens come from ``secrets.token_urlsafe`` and are shown once; only their SHA-256 is stored, and a presented
-token is checked with ``secrets.compare_digest`` against every stored hash (STYLE.md §5, datasette pattern).
+token is checked with ``secrets.compare_digest`` against every stored hash (the datasette pattern).
 The file is replaced atomically (temp + fsync + rename) under an exclusive lock.
 """
 
@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from noisycal_platform.contracts import ROLES as ANSWER_ROLES
+from noisycal_platform.paths import validate_name
+
 __all__ = [
     "ANSWER_ROLES",
     "NAME_RE",
@@ -30,8 +33,7 @@ __all__ = [
     "hash_token",
 ]
 
-ROLES = ("expert", "lay", "admin")
-ANSWER_ROLES = ("expert", "lay")
+ROLES = (*ANSWER_ROLES, "admin")  # login roles: admins see progress, never answer
 # Names become file names (inbox/confirmations/<name>.jsonl): a conservative portable subset.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOKEN_BYTES = 32
@@ -56,6 +58,9 @@ class Annotator:
 
 
 def _validate_name(name: object) -> str:
+    """The home-wide name check (``paths.validate_name``), then the portable file-name subset: an annotator
+    name is also the file name of their answer log on whatever filesystem the clinic uses."""
+    validate_name(name, "annotator")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ValueError(
             f"name must match {NAME_RE.pattern} (letters, digits, '_', '.', '-'; at most 64), got {name!r}"

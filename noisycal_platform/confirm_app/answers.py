@@ -1,11 +1,12 @@
 """The per-annotator answer log ``inbox/confirmations/<annotator_id>.jsonl`` and the session state derived
 from it.
 
-Records follow CONVENTIONS ("Confirmation answer record"); nothing is ever erased: an undo is a record of its
-own naming the answer it cancels. The state of a session (dataset, issue type) is a replay of the log, so a
-closed browser, a restart or a second tab all see the same state. The stopping rule (seed 001 §3.3): walk the
-ranking in order; stop after ``stopping_count`` consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋,
-which the pipeline has already put in the snapshot's meta JSON.
+Records follow ``contracts.CONFIRMATION_FIELDS`` (checked by ``contracts.confirmation_problem`` before any
+write); nothing is ever erased: an undo is a record of its own naming the answer it cancels. The state of a
+session (dataset, issue type) is a replay of the log, so a closed browser, a restart or a second tab all see
+the same state. The stopping rule (seed 001 §3.3): walk the ranking in order; stop after ``stopping_count``
+consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋, which the pipeline has already put in the
+snapshot's meta JSON.
 
 Writes take a per-annotator lock (a thread lock plus ``flock`` on the log itself), re-derive the state under
 the lock, append one line with a single ``write`` and ``fsync`` before returning, so an acknowledged answer
@@ -25,7 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
+from noisycal_platform.cleaning.protocol import answers_from_records
+from noisycal_platform.cleaning.protocol import effective_answers as protocol_effective_answers
 from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
+from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
+from noisycal_platform.ingest import fault_point
 
 __all__ = [
     "AnswerLog",
@@ -34,6 +39,7 @@ __all__ = [
     "effective_answers",
     "read_records",
     "session_state",
+    "valid_records",
 ]
 
 FinishReason = Literal["stopping_rule", "exhausted"]
@@ -63,28 +69,24 @@ def _parse(data: bytes) -> list[dict]:
     return out
 
 
+def valid_records(records: Iterable[dict]) -> list[dict]:
+    """The records that satisfy the confirmation contract one by one and together (``contracts``); a
+    hand-edited or torn line never breaks a session, it is simply not counted (ingestion reports it)."""
+    ok = [r for r in records if confirmation_problem(r) is None]
+    bad = confirmation_log_problems(ok)
+    return [r for i, r in enumerate(ok) if i not in bad]
+
+
 def effective_answers(records: Iterable[dict], dataset: str, issue_type: str) -> list[dict]:
-    """The yes/no records of one session that no undo cancels, in log order. An undo that names an undo
-    restores what that one cancelled (the same rule as ``cleaning.protocol.effective_answers``; this app
-    itself only ever undoes yes/no answers)."""
-    order: dict[str, int] = {}
-    active: dict[str, dict] = {}
-    undone_by: dict[str, dict] = {}  # undo answer_id -> the record it cancelled
-    for i, r in enumerate(records):
-        if r.get("dataset") != dataset or r.get("issue_type") != issue_type:
-            continue
-        ans, aid = r.get("answer"), str(r.get("answer_id"))
-        if ans in ("yes", "no"):
-            active[aid] = r
-            order[aid] = i
-        elif ans == "undo":
-            target = str(r.get("undoes"))
-            if target in active:
-                undone_by[aid] = active.pop(target)
-            elif target in undone_by:
-                restored = undone_by.pop(target)
-                active[str(restored.get("answer_id"))] = restored
-    return sorted(active.values(), key=lambda r: order[str(r.get("answer_id"))])
+    """The yes/no records of one session that no undo cancels, in log order: the records of the session
+    put through the pipeline's own ``cleaning.protocol.effective_answers`` (one rule for undo, in one
+    place), mapped back to the logged records."""
+    recs = [r for r in valid_records(records) if r["dataset"] == dataset and r["issue_type"] == issue_type]
+    if not recs:
+        return []
+    order = {r["answer_id"]: i for i, r in reversed(list(enumerate(recs)))}  # first occurrence
+    eff = protocol_effective_answers(answers_from_records(recs))
+    return sorted((recs[order[a]] for a in eff["answer_id"].to_list()), key=lambda r: order[r["answer_id"]])
 
 
 def _key(r: dict) -> tuple[str, str | None]:
@@ -145,9 +147,10 @@ def session_state(records: Iterable[dict], snap: QueueSnapshot, issue_type: str)
 @dataclass(frozen=True)
 class Outcome:
     """What a write did: ``recorded`` (a line was appended), ``duplicate`` (already recorded: acknowledged,
-    nothing appended) or ``conflict`` (refused: nothing appended; ``detail`` says why)."""
+    nothing appended), ``conflict`` (refused: nothing appended; ``detail`` says why) or ``invalid`` (the
+    record would break the confirmation contract: refused before anything is written or acknowledged)."""
 
-    kind: Literal["recorded", "duplicate", "conflict"]
+    kind: Literal["recorded", "duplicate", "conflict", "invalid"]
     detail: str = ""
     record: dict | None = None
 
@@ -234,33 +237,44 @@ class AnswerLog:
 
     def _locked_append(self, annotator_id: str, decide: Callable[[list[dict]], Outcome | dict]) -> Outcome:
         path = self.path(annotator_id)
+
+        def judge(records: list[dict]) -> Outcome | dict:
+            verdict = decide(records)
+            if isinstance(verdict, dict):
+                problem = confirmation_problem(verdict)  # the contract ingestion applies, before any ack
+                if problem is not None:
+                    return Outcome("invalid", f"this answer cannot be recorded ({problem})")
+            return verdict
+
         with self._thread_lock(annotator_id):
             # First look without creating the file: a refused or duplicate request must leave no trace.
             for create in (False, True):
-                flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
+                flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | (os.O_CREAT if create else 0)
                 if create:
                     self.folder.mkdir(parents=True, exist_ok=True)
                 try:
                     fd = os.open(path, flags, 0o644)
                 except FileNotFoundError:
-                    verdict = decide([])
+                    verdict = judge([])
                     if isinstance(verdict, Outcome):
                         return verdict
                     continue  # needs a write: open again with O_CREAT, then re-decide under the lock
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     data = _read_all(fd)
-                    verdict = decide(_parse(data))
+                    verdict = judge(_parse(data))
                     if isinstance(verdict, Outcome):
                         return verdict
                     line = json.dumps(verdict, separators=(",", ":"), ensure_ascii=False) + "\n"
                     payload = line.encode("utf-8")
                     if data and not data.endswith(b"\n"):
                         payload = b"\n" + payload  # never glue a record onto a torn line
+                    fault_point("answer_before_write")
                     _write_all(fd, payload)
                     os.fsync(fd)
                     if not data:
                         _fsync_dir(self.folder)  # a new file: make its directory entry durable too
+                    fault_point("answer_after_fsync")  # durable, not yet acknowledged
                     return Outcome("recorded", record=verdict)
                 finally:
                     os.close(fd)  # closing releases the flock

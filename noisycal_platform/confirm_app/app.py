@@ -9,7 +9,7 @@ Routes
 - ``GET  /admin``                  progress and live unanimous/majority counts (admin role)
 - ``POST /logout``
 
-Security (STYLE.md §5): every route needs the session cookie ``<token>.<nonce>``; the token is checked
+Security: every route needs the session cookie ``<token>.<nonce>``; the token is checked
 against the stored sha256 with ``secrets.compare_digest`` (none → 401, unknown → 401, revoked → 403).
 Writes are refused when ``Sec-Fetch-Site`` says cross-site/same-site or ``Origin`` differs from the host (the
 header check of datasette/csrf.py), AND unless the form carries the session's CSRF token
@@ -35,11 +35,20 @@ from starlette.responses import FileResponse, HTMLResponse, RedirectResponse, Re
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from noisycal_platform.cleaning.protocol import aggregate_answers, answers_from_records
+from noisycal_platform.cleaning.protocol import effective_answers as protocol_effective_answers
 from noisycal_platform.confirm_app.annotators import ANSWER_ROLES, Annotator, AnnotatorStore
-from noisycal_platform.confirm_app.answers import AnswerLog, SessionState, effective_answers, session_state
+from noisycal_platform.confirm_app.answers import (
+    AnswerLog,
+    SessionState,
+    effective_answers,
+    session_state,
+    valid_records,
+)
 from noisycal_platform.confirm_app.correctness_audit import correctness_routes
 from noisycal_platform.confirm_app.images import SIZES, PathRefused, ThumbnailCache, confine
 from noisycal_platform.confirm_app.queue import ISSUE_TYPES, QueueRegistry, QueueSnapshot
+from noisycal_platform.contracts import ROLES
 
 __all__ = ["COOKIE", "MAX_BODY", "QUESTIONS", "build_app"]
 
@@ -339,6 +348,8 @@ def build_app(home: Path) -> Starlette:
             log.answer, session.annotator.name, session.annotator.role, snap, issue_type, int(pos_s),
             form["item_id"], item2, form["answer"],
         )
+        if outcome.kind == "invalid":
+            raise Refused(422, outcome.detail.capitalize() + ".")
         if outcome.kind == "conflict":
             raise Refused(409, outcome.detail.capitalize() + ".")
         return RedirectResponse(q_url(dataset, issue_type), status_code=303)
@@ -358,6 +369,8 @@ def build_app(home: Path) -> Starlette:
         outcome = await run_in_threadpool(
             log.undo, session.annotator.name, session.annotator.role, snap, issue_type, undoes
         )
+        if outcome.kind == "invalid":
+            raise Refused(422, outcome.detail.capitalize() + ".")
         if outcome.kind == "conflict":
             raise Refused(409, outcome.detail.capitalize() + ".")
         return RedirectResponse(q_url(dataset, issue_type), status_code=303)
@@ -434,7 +447,7 @@ def _admin_tables(queues: QueueRegistry, log: AnswerLog, store: AnnotatorStore) 
             if not snap.candidates(t):
                 continue
             people = []
-            flags: dict[str, list[dict[tuple[str, str | None], str]]] = {"expert": [], "lay": []}
+            session_records: list[dict] = []
             for name, recs in all_records.items():
                 eff = effective_answers(recs, ds, t)
                 if not eff:
@@ -442,20 +455,15 @@ def _admin_tables(queues: QueueRegistry, log: AnswerLog, store: AnnotatorStore) 
                 st = session_state(recs, snap, t)
                 role = str(eff[-1].get("role") or roles.get(name, "?"))  # the recorded role, as the pipeline
                 people.append({"name": name, "role": role, "state": st})
-                if role in flags:
-                    flags[role].append(st.answers)
+                session_records += [r for r in valid_records(recs) if r["dataset"] == ds and r["issue_type"] == t]
             counts = {}
-            for role, maps in flags.items():
-                n = len(maps)
-                yes_votes: dict[tuple[str, str | None], int] = {}
-                for m in maps:
-                    for k, v in m.items():
-                        if v == "yes":
-                            yes_votes[k] = yes_votes.get(k, 0) + 1
+            eff_all = protocol_effective_answers(answers_from_records(session_records)) if session_records else None
+            for role in ROLES:
+                agg = aggregate_answers(eff_all, roles=(role,)) if eff_all is not None else None
                 counts[role] = {
-                    "n": n,
-                    "unanimous": sum(1 for v in yes_votes.values() if n and v == n),
-                    "majority": sum(1 for v in yes_votes.values() if v * 2 > n),
+                    "n": int(agg["n_panel"].max() or 0) if agg is not None and agg.height else 0,
+                    "unanimous": int(agg["unanimous"].sum()) if agg is not None else 0,
+                    "majority": int(agg["majority"].sum()) if agg is not None else 0,
                 }
             tables.append({"dataset": ds, "issue_type": t, "title": QUESTIONS[t]["title"],
                            "total": len(snap.candidates(t)), "people": people, "counts": counts,

@@ -71,11 +71,13 @@ class ThumbnailCache:
             return out
         from PIL import Image, ImageOps
 
+        from noisycal_platform.cleaning.images import to_rgb8
+
         try:
             with Image.open(real) as im:
                 im.draft("RGB", (side, side))  # JPEG: decode at reduced scale (no-op for other formats)
                 im = ImageOps.exif_transpose(im)
-                im = im.convert("RGB")
+                im = to_rgb8(im)  # 16-bit radiographs scaled, not clipped
                 im.thumbnail((side, side), Image.Resampling.LANCZOS)
                 self.folder.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(prefix=".thumb.", suffix=".jpg", dir=self.folder)

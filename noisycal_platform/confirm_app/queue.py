@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,9 @@ from pathlib import Path
 
 import polars as pl
 
+from noisycal_platform.contracts import ISSUE_TYPES
 from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+from noisycal_platform.paths import name_problem
 
 __all__ = [
     "ISSUE_TYPES",
@@ -34,8 +35,6 @@ __all__ = [
     "write_snapshot",
 ]
 
-ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
-DATASET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _COLUMNS = ("dataset", "issue_type", "position", "item_id", "item_id_2", "label")
 
 
@@ -204,13 +203,13 @@ class QueueRegistry:
         out = []
         for meta in self.folder.glob("*.meta.json"):
             name = meta.name[: -len(".meta.json")]
-            if DATASET_RE.fullmatch(name) and (self.folder / f"{name}.parquet").is_file():
+            if name_problem(name) is None and (self.folder / f"{name}.parquet").is_file():
                 out.append(name)
         return sorted(out)
 
     def get(self, dataset: str) -> QueueSnapshot | None:
         """The snapshot of ``dataset`` or None when the name is malformed or has no snapshot."""
-        if not DATASET_RE.fullmatch(dataset):
+        if name_problem(dataset) is not None:  # the one name rule (paths.name_problem)
             return None
         meta = self.folder / f"{dataset}.meta.json"
         parquet = self.folder / f"{dataset}.parquet"

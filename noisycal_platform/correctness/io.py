@@ -7,7 +7,6 @@ says why.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -15,8 +14,10 @@ from typing import Any
 
 import polars as pl
 
+from noisycal_platform.contracts import id_problem
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.labels import parse_model_output
+from noisycal_platform.io import InputError, parse_table, read_bytes_safely
 
 __all__ = [
     "AUDIT_SCHEMA",
@@ -68,12 +69,23 @@ AUDIT_SCHEMA: dict[str, Any] = {
 }
 
 
-class CorrectnessInputError(ValueError):
-    """An input file violates the contract; carries path, location ("line 3" / "row 3") and field."""
+class CorrectnessInputError(InputError):
+    """An input file violates the contract; carries path, location ("line 3" / "row 3") and field.
+
+    A kind of :class:`noisycal_platform.io.InputError` (``file``, ``row``, ``column``, ``safe``), so every
+    reader of user input fails with one exception type."""
 
     def __init__(self, path: Path, location: str, field: str, message: str) -> None:
-        self.path, self.location, self.field = Path(path), location, field
-        super().__init__(f"{path}: {location}: field {field!r}: {message}")
+        self.path, self.location, self.field, self.message = Path(path), location, field, message
+        kind, _, number = location.partition(" ")
+        self.file, self.column, self.problem, self.detail = str(path), field, message, None
+        self.row = int(number) if kind in ("row", "line") and number.isdigit() else None
+        self.safe = f"{path}: {location}: field {field!r}: {_safe_text(message)}"
+        ValueError.__init__(self, f"{path}: {location}: field {field!r}: {message}")
+
+
+def _safe_text(message: str) -> str:
+    return message.split(", got ")[0].split(": [")[0]
 
 
 def _is_num(x: Any) -> bool:
@@ -129,8 +141,30 @@ def _check_record(obj: Any, err) -> dict[str, Any]:
     return {k: obj[k] for k in GENERATION_FIELDS}
 
 
-def read_generations(path: str | Path) -> pl.DataFrame:
-    """Read one generations JSONL file (or every *.jsonl in a folder) into a frame with GENERATIONS_SCHEMA."""
+def _safe_reason(exc: CorrectnessInputError) -> str:
+    """The reason without the quoted value (quarantine entries never quote file content)."""
+    return _safe_text(exc.message)
+
+
+def _reject(rejected: list[dict] | None, exc: CorrectnessInputError, where: str, number: int | None) -> None:
+    if rejected is None:
+        raise exc
+    rejected.append({"file": exc.path.name, where: number, "column": exc.field, "reason": _safe_reason(exc)})
+
+
+def _file_bytes(f: Path) -> bytes:
+    try:
+        return read_bytes_safely(f)[0]
+    except InputError as exc:
+        raise CorrectnessInputError(f, "file", "<file>", exc.problem) from None
+
+
+def read_generations(path: str | Path, rejected: list[dict] | None = None) -> pl.DataFrame:
+    """Read one generations JSONL file (or every *.jsonl in a folder) into a frame with GENERATIONS_SCHEMA.
+
+    With ``rejected`` (a list), each bad line (or refused file) is appended there as ``{file, line, column,
+    reason}`` and the other lines are read; without it the first bad line raises CorrectnessInputError.
+    """
     path = Path(path)
     files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
     if not files:
@@ -138,35 +172,46 @@ def read_generations(path: str | Path) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     seen: dict[tuple[str, str, str], str] = {}
     for f in files:
-        with f.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
+        try:
+            data = _file_bytes(f)
+        except CorrectnessInputError as exc:
+            _reject(rejected, exc, "line", None)
+            continue
+        complete = data.split(b"\n")
+        if complete and complete[-1] == b"":
+            complete = complete[:-1]
+        for lineno, raw in enumerate(complete, start=1):
+            if not raw.strip():
+                continue
 
-                def err(field: str, msg: str, _f=f, _n=lineno) -> CorrectnessInputError:
-                    return CorrectnessInputError(_f, f"line {_n}", field, msg)
+            def err(field: str, msg: str, _f=f, _n=lineno) -> CorrectnessInputError:
+                return CorrectnessInputError(_f, f"line {_n}", field, msg)
 
+            try:
                 try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise err("<record>", f"not valid JSON ({exc.msg})") from None
+                    obj = json.loads(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    raise err("<record>", "not valid UTF-8") from None
+                except (json.JSONDecodeError, RecursionError) as exc:
+                    raise err("<record>", f"not valid JSON ({getattr(exc, 'msg', 'nested too deeply')})") from None
                 rec = _check_record(obj, err)
                 key = (rec["dataset"], rec["model"], rec["case_id"])
                 if key in seen:
-                    raise err(
-                        "case_id", f"duplicate (dataset, model, case_id) {key}, first seen at {seen[key]}"
-                    )
-                seen[key] = f"{f.name}:{lineno}"
-                parsed = parse_model_output(rec["raw_output"])
-                rows.append(
-                    {
-                        **rec,
-                        "answer": parsed.answer,
-                        "parse_error": parsed.error,
-                        "source_file": str(f),
-                        "source_line": lineno,
-                    }
-                )
+                    raise err("case_id", f"duplicate (dataset, model, case_id), first seen at {seen[key]}")
+            except CorrectnessInputError as exc:
+                _reject(rejected, exc, "line", lineno)
+                continue
+            seen[key] = f"{f.name}:{lineno}"
+            parsed = parse_model_output(rec["raw_output"])
+            rows.append(
+                {
+                    **rec,
+                    "answer": parsed.answer,
+                    "parse_error": parsed.error,
+                    "source_file": str(f),
+                    "source_line": lineno,
+                }
+            )
     # column-wise construction: polars builds nested-list columns far faster than from row dicts
     return pl.DataFrame(
         {
@@ -179,54 +224,75 @@ def read_generations(path: str | Path) -> pl.DataFrame:
 _TRUE, _FALSE = {"1", "true", "yes", "correct"}, {"0", "false", "no", "incorrect"}
 
 
-def read_audit_labels(path: str | Path) -> pl.DataFrame:
-    """Read one human-audit CSV (or every *.csv in a folder) into a frame with AUDIT_SCHEMA."""
+def _audit_row(r: dict, err) -> dict[str, Any]:
+    case_id = (r.get("case_id") or "").strip()
+    if not case_id:
+        raise err("case_id", "empty")
+    if id_problem(case_id):
+        raise err("case_id", id_problem(case_id))
+    hc_raw = (r.get("human_correct") or "").strip().lower()
+    if hc_raw not in _TRUE | _FALSE:
+        raise err("human_correct", f"must be 0/1 or true/false, got {r.get('human_correct')!r}")
+    hc = hc_raw in _TRUE
+    cat = (r.get("error_category") or "").strip() or None
+    if hc and cat is not None:
+        raise err("error_category", f"must be empty for a human-correct answer, got {cat!r}")
+    if not hc and cat not in ERROR_CATEGORIES:
+        raise err("error_category", f"must be one of {list(ERROR_CATEGORIES)}, got {cat!r}")
+    stratum = (r.get("em_stratum") or "").strip()
+    if stratum not in EM_STRATA:
+        raise err("em_stratum", f"must be one of {list(EM_STRATA)}, got {stratum!r}")
+    decision = (r.get("decision") or "").strip().lower()
+    if decision not in DECISIONS:
+        raise err("decision", f"must be one of {list(DECISIONS)}, got {r.get('decision')!r}")
+    return {
+        "dataset": (r.get("dataset") or "").strip() or None,
+        "model": (r.get("model") or "").strip() or None,
+        "case_id": case_id,
+        "human_correct": hc,
+        "error_category": cat,
+        "em_stratum": stratum,
+        "decision": decision,
+    }
+
+
+def read_audit_labels(path: str | Path, rejected: list[dict] | None = None) -> pl.DataFrame:
+    """Read one human-audit CSV (or every *.csv in a folder) into a frame with AUDIT_SCHEMA.
+
+    With ``rejected`` (a list), each bad row (or unreadable file) is appended there as ``{file, row, column,
+    reason}`` and the other rows are read; without it the first problem raises CorrectnessInputError.
+    """
     path = Path(path)
     files = sorted(path.glob("*.csv")) if path.is_dir() else [path]
     if not files:
         raise CorrectnessInputError(path, "folder", "<file>", "no *.csv files")
     rows: list[dict[str, Any]] = []
     for f in files:
-        with f.open(encoding="utf-8", newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
+        try:
+            try:
+                table = parse_table(f, _file_bytes(f), allow_no_rows=True)
+            except InputError as exc:
+                where = f"row {exc.row}" if exc.row is not None else "file"
+                raise CorrectnessInputError(f, where, exc.column or "<file>", exc.problem) from None
+            header = table.header or []
             for col in ("case_id", "human_correct", "error_category", "em_stratum", "decision"):
                 if col not in header:
-                    raise CorrectnessInputError(f, "header", col, f"missing column (header is {header})")
-            for rowno, r in enumerate(reader, start=1):
+                    raise CorrectnessInputError(f, "header", col, "missing column")
+        except CorrectnessInputError as exc:
+            _reject(rejected, exc, "row", None)
+            continue
+        bad = {p.row: p for p in table.problems}
+        for rowno, r in enumerate(table.frame.iter_rows(named=True), start=1):
 
-                def err(field: str, msg: str, _f=f, _n=rowno) -> CorrectnessInputError:
-                    return CorrectnessInputError(_f, f"row {_n}", field, msg)
+            def err(field: str, msg: str, _f=f, _n=rowno) -> CorrectnessInputError:
+                return CorrectnessInputError(_f, f"row {_n}", field, msg)
 
-                case_id = (r.get("case_id") or "").strip()
-                if not case_id:
-                    raise err("case_id", "empty")
-                hc_raw = (r.get("human_correct") or "").strip().lower()
-                if hc_raw not in _TRUE | _FALSE:
-                    raise err("human_correct", f"must be 0/1 or true/false, got {r.get('human_correct')!r}")
-                hc = hc_raw in _TRUE
-                cat = (r.get("error_category") or "").strip() or None
-                if hc and cat is not None:
-                    raise err("error_category", f"must be empty for a human-correct answer, got {cat!r}")
-                if not hc and cat not in ERROR_CATEGORIES:
-                    raise err("error_category", f"must be one of {list(ERROR_CATEGORIES)}, got {cat!r}")
-                stratum = (r.get("em_stratum") or "").strip()
-                if stratum not in EM_STRATA:
-                    raise err("em_stratum", f"must be one of {list(EM_STRATA)}, got {stratum!r}")
-                decision = (r.get("decision") or "").strip().lower()
-                if decision not in DECISIONS:
-                    raise err("decision", f"must be one of {list(DECISIONS)}, got {r.get('decision')!r}")
-                rows.append(
-                    {
-                        "dataset": (r.get("dataset") or "").strip() or None,
-                        "model": (r.get("model") or "").strip() or None,
-                        "case_id": case_id,
-                        "human_correct": hc,
-                        "error_category": cat,
-                        "em_stratum": stratum,
-                        "decision": decision,
-                        "source_file": str(f),
-                        "source_row": rowno,
-                    }
-                )
+            try:
+                if rowno in bad:
+                    raise err(bad[rowno].column or "<row>", bad[rowno].reason)
+                row = _audit_row(r, err)
+            except CorrectnessInputError as exc:
+                _reject(rejected, exc, "row", rowno)
+                continue
+            rows.append({**row, "source_file": str(f), "source_row": rowno})
     return pl.DataFrame(rows, schema=AUDIT_SCHEMA)

@@ -96,16 +96,19 @@ class CriteriaConfig:
     torch_threads: int | None = 1  # intra-op threads for the local models (None = torch default)
 
 
-def raw_generations(generations_dir: str | Path) -> pl.DataFrame:
+def raw_generations(generations_dir: str | Path, rejected: list[dict] | None = None) -> pl.DataFrame:
     """raw/generations: every $NOISYCAL_HOME/correctness/generations/*.jsonl, validated
-    (io.GENERATIONS_SCHEMA)."""
-    return read_generations(generations_dir)
+    (io.GENERATIONS_SCHEMA); with ``rejected``, bad lines are listed there and the rest read."""
+    return read_generations(generations_dir, rejected=rejected)
 
 
-def raw_audit_labels(audit_dir: str | Path, generations: pl.DataFrame) -> pl.DataFrame:
+def raw_audit_labels(
+    audit_dir: str | Path, generations: pl.DataFrame, rejected: list[dict] | None = None
+) -> pl.DataFrame:
     """raw/audit_labels: every correctness/audit/*.csv; dataset/model filled from the generations by case_id
-    when the CSV lacks them. Each row must match exactly one generation."""
-    labels = read_audit_labels(audit_dir)
+    when the CSV lacks them. Each row must match exactly one generation; with ``rejected``, rows that do not
+    (or break the contract) are listed there and the rest read."""
+    labels = read_audit_labels(audit_dir, rejected=rejected)
     gen_keys = generations.select(KEY)
     out = []
     for row in labels.iter_rows(named=True):
@@ -116,6 +119,10 @@ def raw_audit_labels(audit_dir: str | Path, generations: pl.DataFrame) -> pl.Dat
             m = m.filter(pl.col("model") == row["model"])
         if m.height != 1:
             what = "no generation" if m.height == 0 else f"{m.height} generations (add dataset/model columns)"
+            if rejected is not None:
+                rejected.append({"file": Path(row["source_file"]).name, "row": row["source_row"],
+                                 "column": "case_id", "reason": f"matches {what}"})
+                continue
             raise CorrectnessInputError(
                 Path(row["source_file"]),
                 f"row {row['source_row']}",

@@ -97,6 +97,12 @@ BAD_BATCHES = {
     "empty_file": ("", None, "empty"),
     "not_utf8": (HEADER.encode() + b"b,r\xe91,1\n", "row 1", "column 'annotator_id'"),
 }
+# Record-level quarantine: the good rows of a batch land, only its bad rows are quarantined (as a file of
+# those rows, ready to correct). Cases with a good row: (rows that land, the rejected rows file's text).
+PARTLY_GOOD = {
+    "label_not_binary": ([("b", "r1", 1)], HEADER + "c,r1,maybe\n"),
+    "repeats_accepted_batch": ([("b", "r2", 1)], HEADER + "a,r1,0\n"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD_BATCHES))
@@ -113,13 +119,20 @@ def test_bad_batch_is_quarantined_and_leaves_warehouse_unchanged(defs, layout, c
     content, row, column = BAD_BATCHES[case]
     bad = layout.annotation_inbox / "b2.csv"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
+    digest = sha256_file(bad)
     report = tick(layout.home, defs=defs, automation=False)
     assert all(r["success"] for r in report.runs)
-    reason = (layout.quarantine / "b2.csv.reason.txt").read_text()
+    landed, rejected_text = PARTLY_GOOD.get(case, ([], None))
+    kept = layout.quarantine / ("b2.csv" if rejected_text is None else f"b2.rejected-{digest[:8]}.csv")
+    reason = (layout.quarantine / f"{kept.name}.reason.txt").read_text()
     assert "b2.csv" in reason and column in reason and (row is None or row in reason)
-    assert (layout.quarantine / "b2.csv").read_bytes() == (content if isinstance(content, bytes) else content.encode())
+    if rejected_text is None:  # no usable row: the batch is quarantined whole, byte for byte
+        assert kept.read_bytes() == (content if isinstance(content, bytes) else content.encode())
+    else:
+        assert kept.read_text() == rejected_text
     assert not bad.exists()
-    assert stored() == before == [("a", "r1", 1)]
+    assert before == [("a", "r1", 1)]
+    assert stored() == sorted(before + landed)  # earlier rows untouched; only the batch's good rows added
 
 
 def test_new_model_folder_creates_partition_and_loads_predictions(defs, layout):

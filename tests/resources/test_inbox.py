@@ -28,15 +28,35 @@ def test_accepts_then_ignores_identical_copy(layout):
 
 
 def test_bad_batch_quarantined_with_reason_and_earlier_data_untouched(layout):
+    # record-level (the batch's good row lands, the bad row is quarantined with file, row and column)
     _drop(layout, "good.csv", HEADER + "a,r1,1\n")
     ingest_annotation_batches(layout)
     before = accepted_annotations(layout)
-    _drop(layout, "bad.csv", HEADER + "b,r1,1\nc,r1,7\n")
+    p = _drop(layout, "bad.csv", HEADER + "b,r1,1\nc,r1,7\n")
+    digest = sha256_file(p)
+    report = ingest_annotation_batches(layout)
+    assert [q["file"] for q in report.quarantined] == ["bad.csv"]
+    rejected = layout.quarantine / f"bad.rejected-{digest[:8]}.csv"
+    reason = (rejected.parent / (rejected.name + ".reason.txt")).read_text()
+    assert "row 2" in reason and "column 'label'" in reason and "bad.csv" in reason
+    assert rejected.read_text() == HEADER + "c,r1,7\n"  # the bad row, as written, ready to be corrected
+    after = accepted_annotations(layout)
+    assert after.head(before.height).equals(before)  # earlier data untouched
+    assert after.select("item_id", "label").rows()[before.height:] == [("b", 1)]
+    assert ledger_entries(layout)[digest]["rows"] == 1 and ledger_entries(layout)[digest]["rejected"] == 1
+
+
+def test_batch_without_a_usable_row_is_quarantined_whole(layout):
+    _drop(layout, "good.csv", HEADER + "a,r1,1\n")
+    ingest_annotation_batches(layout)
+    before = accepted_annotations(layout)
+    _drop(layout, "bad.csv", HEADER + "b,r1,5\nc,r1,7\n")
     report = ingest_annotation_batches(layout)
     assert [q["file"] for q in report.quarantined] == ["bad.csv"]
     reason = (layout.quarantine / "bad.csv.reason.txt").read_text()
-    assert "row 2" in reason and "column 'label'" in reason and "bad.csv" in reason
-    assert (layout.quarantine / "bad.csv").read_text() == HEADER + "b,r1,1\nc,r1,7\n"  # kept byte for byte
+    assert "row 1" in reason and "row 2" in reason and "column 'label'" in reason and "bad.csv" in reason
+    assert "'7'" not in reason and "'5'" not in reason  # a quarantine reason never quotes file content
+    assert (layout.quarantine / "bad.csv").read_text() == HEADER + "b,r1,5\nc,r1,7\n"  # kept byte for byte
     assert accepted_annotations(layout).equals(before)
 
 
@@ -47,7 +67,9 @@ def test_repeated_annotation_across_batches_is_quarantined_not_merged(layout):
     report = ingest_annotation_batches(layout)
     assert [q["file"] for q in report.quarantined] == ["b2.csv"]
     assert "row 2" in report.quarantined[0]["reason"] and "b1.csv" in report.quarantined[0]["reason"]
-    assert accepted_annotations(layout)["label"].to_list() == [1]
+    # the repeated pair keeps its first label (not merged); the new row of the batch lands (record-level)
+    got = accepted_annotations(layout).select("item_id", "annotator_id", "label").rows()
+    assert got == [("a", "r1", 1), ("z", "r2", 0)]
 
 
 def test_two_quarantined_batches_with_same_name_both_kept(layout):
