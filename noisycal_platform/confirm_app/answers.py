@@ -235,13 +235,17 @@ class AnswerLog:
 
         return self._locked_append(annotator_id, decide)
 
+    def record_problem(self, record: dict) -> object | None:
+        """Why ``record`` breaks this log's record contract (the confirmation contract), or None."""
+        return confirmation_problem(record)
+
     def _locked_append(self, annotator_id: str, decide: Callable[[list[dict]], Outcome | dict]) -> Outcome:
         path = self.path(annotator_id)
 
         def judge(records: list[dict]) -> Outcome | dict:
             verdict = decide(records)
             if isinstance(verdict, dict):
-                problem = confirmation_problem(verdict)  # the contract ingestion applies, before any ack
+                problem = self.record_problem(verdict)  # the contract ingestion applies, before any ack
                 if problem is not None:
                     return Outcome("invalid", f"this answer cannot be recorded ({problem})")
             return verdict

@@ -59,6 +59,11 @@ class CorrectnessLog(AnswerLog):
         super().__init__(home)
         self.folder = AuditPaths(Path(home)).web_answers
 
+    def record_problem(self, record: dict) -> object | None:
+        """Correctness records are not cleaning confirmations: their fields (answer, error category, the
+        sample item) are checked by the routes and :meth:`answer_item` before a record is built."""
+        return None
+
     def answer_item(self, annotator_id: str, role: str, sample: pl.DataFrame, position: int, key: Key,
                     answer: str, error_category: str | None) -> Outcome:
         """Record the answer for the item at ``position`` if it is this annotator's next one; acknowledge a
