@@ -150,7 +150,7 @@ def load_checkpoint(path: str | Path, *, arch: str = "vit_tiny", layout: str = "
 
     ``vit_tiny`` gives an ``Encoder`` (use :func:`noisycal_platform.cleaning.encoder.embed`: the
     L2-normalised CLS token); an EfficientNet-Lite arch gives a ``FrozenEncoder`` (use ``embed_frozen``).
-    The ViT's LayerNorms use eps = 1e-6 as in timm / DINO.
+    A ViT file in timm / DINO naming gets LayerNorm eps = 1e-6, as timm and DINO build it.
     """
     from .config import PAPER
     from .pretrained import ARCHS, FrozenEncoder, build_efficientnet_lite, file_sha256
@@ -170,10 +170,12 @@ def load_checkpoint(path: str | Path, *, arch: str = "vit_tiny", layout: str = "
 
         cfg = PAPER.replace(image_size=image_size, device=device)
         net = build_backbone(cfg)
-        for m in net.modules():
-            if isinstance(m, nn.LayerNorm):
-                m.eps = 1e-6
-        load_state_dict_strict(net, _to_vit_names(state), source=str(p))
+        renamed = _to_vit_names(state)
+        if renamed is not state:  # timm / DINO naming: their LayerNorms use eps = 1e-6
+            for m in net.modules():
+                if isinstance(m, nn.LayerNorm):
+                    m.eps = 1e-6
+        load_state_dict_strict(net, renamed, source=str(p))
         enc: Any = Encoder(config=cfg, backbone=net.eval())
     else:
         net = build_efficientnet_lite(arch)
