@@ -70,9 +70,10 @@ def cpu_name() -> str:
 
 
 def load_truth(limit: int | None) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    meta = pl.read_csv(DATA / "metadata.csv").sort("image_id")
+    """Image ids in lesion order (lesion_id, image_id), so a prefix holds whole lesions; pairs as (i < j)."""
+    meta = pl.read_csv(DATA / "metadata.csv").sort(["lesion_id", "image_id"])
     if limit:
-        meta = meta.sort(["lesion_id", "image_id"]).head(limit).sort("image_id")
+        meta = meta.head(limit)
     ids = meta["image_id"].to_list()
     index = {iid: i for i, iid in enumerate(ids)}
 
@@ -84,6 +85,20 @@ def load_truth(limit: int | None) -> tuple[list[str], np.ndarray, np.ndarray, np
 
     labels = meta["label"].to_numpy().astype(np.int64)
     return ids, pairs(DATA / "pairs_same_lesion.csv"), pairs(DATA / "pairs_extra_abhishek2024.csv"), labels
+
+
+def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _done(path: Path) -> int:
+    """Number of images already processed in a resumable chunk file (0 if none)."""
+    if not path.exists():
+        return 0
+    with np.load(path) as z:
+        return int(z["done"])
 
 
 def _codes(p: np.ndarray, n: int) -> np.ndarray:
@@ -105,61 +120,88 @@ def metrics(ranked: np.ndarray, n: int, pos: np.ndarray, audited: np.ndarray) ->
 
 
 def stage_embed(args: argparse.Namespace, files: list[str]) -> None:
+    """Frozen-encoder embeddings in chunks of ``--chunk`` images, saved after each chunk (resumable)."""
     from noisycal_platform.cleaning.encoder import embed_frozen, load_pretrained
 
-    t = time.perf_counter()
-    small = load_images(files, 64)
-    base = baseline_embedding(small)
-    tb = time.perf_counter() - t
-    np.save(args.out / "baseline.npy", base)
-    log(f"baseline: decode + embed {base.shape} in {tb:.1f}s")
-    del small
-    t = time.perf_counter()
-    pixels = load_images(files, args.image_size)
-    t_dec = time.perf_counter() - t
+    path = args.out / "pretrained.npz"
     enc = load_pretrained(args.arch, image_size=args.image_size, device="cpu", views=args.views)
-    t = time.perf_counter()
-    e = embed_frozen(enc, pixels, batch_size=32, num_threads=1)
-    te = time.perf_counter() - t
-    np.save(args.out / "pretrained.npy", e)
-    info = {"arch": args.arch, "image_size": args.image_size, "views": args.views,
-            "weights_sha256": enc.weights_sha256, "decode_seconds": t_dec, "embed_seconds": te,
-            "images_per_second": len(files) / te, "baseline_seconds": tb}
-    (args.out / "embed.json").write_text(json.dumps(info, indent=1))
-    log(f"{args.arch} {args.image_size}px views={args.views}: decode {t_dec:.0f}s, embed {te:.0f}s "
-        f"({len(files) / te:.1f} images/s, 1 thread)")
+    n = len(files)
+    e = np.zeros((n, 1280), np.float32)
+    start = _done(path)
+    secs = 0.0
+    if start:
+        with np.load(path) as z:
+            e[:start], secs = z["emb"][:start], float(z["seconds"])
+    for a in range(start, n, args.chunk):
+        t = time.perf_counter()
+        e[a:a + args.chunk] = embed_frozen(enc, load_images(files[a:a + args.chunk], args.image_size),
+                                           batch_size=32, num_threads=1)
+        secs += time.perf_counter() - t
+        done = min(n, a + args.chunk)
+        _save_atomic(path, emb=e[:done], done=np.int64(done), seconds=np.float64(secs))
+        log(f"{args.arch} {args.image_size}px views={args.views}: {done}/{n} images, {secs:.0f}s "
+            f"(decode + embed {done / secs:.1f} images/s, 1 thread)")
+    (args.out / "embed.json").write_text(json.dumps(
+        {"arch": args.arch, "image_size": args.image_size, "views": args.views, "weights_sha256": enc.weights_sha256,
+         "seconds": secs, "images_per_second": n / max(secs, 1e-9), "n": n}, indent=1))
 
 
 def stage_sift(args: argparse.Namespace, files: list[str]) -> None:
+    """SIFT features in chunks of ``--chunk`` images, saved after each chunk (resumable)."""
     from PIL import Image
 
     from noisycal_platform.cleaning.rankings.verify import extract_sift
 
-    t = time.perf_counter()
-    gray = np.stack([np.asarray(Image.open(f).convert("L"), dtype=np.uint8) for f in files])
-    t_dec = time.perf_counter() - t
-    t = time.perf_counter()
-    feats = extract_sift(gray, num_features=args.num_features, num_threads=1)
-    ts = time.perf_counter() - t
-    np.savez(args.out / "sift.npz", frames=feats.frames, descriptors=feats.descriptors, valid=feats.valid,
-             diagonal=feats.diagonal)
+    path = args.out / "sift.npz"
+    n, f = len(files), args.num_features
+    frames = np.zeros((n, f, 2, 3), np.float32)
+    desc = np.zeros((n, f, 128), np.float32)
+    valid = np.zeros((n, f), bool)
+    start = _done(path)
+    secs, diag = 0.0, 0.0
+    if start:
+        with np.load(path) as z:
+            frames[:start], desc[:start], valid[:start] = z["frames"], z["descriptors"], z["valid"]
+            secs, diag = float(z["seconds"]), float(z["diagonal"])
+    for a in range(start, n, args.chunk):
+        t = time.perf_counter()
+        gray = np.stack([np.asarray(Image.open(p).convert("L"), dtype=np.uint8) for p in files[a:a + args.chunk]])
+        feats = extract_sift(gray, num_features=f, num_threads=1)
+        secs += time.perf_counter() - t
+        done = min(n, a + args.chunk)
+        frames[a:done], desc[a:done], valid[a:done], diag = feats.frames, feats.descriptors, feats.valid, feats.diagonal
+        _save_atomic(path, frames=frames[:done], descriptors=desc[:done], valid=valid[:done], done=np.int64(done),
+                     seconds=np.float64(secs), diagonal=np.float64(diag))
+        log(f"SIFT: {done}/{n} images, {secs:.0f}s ({done / secs:.1f} images/s incl. decode, 1 thread), "
+            f"{valid[:done].sum(1).mean():.0f} keypoints/image")
     (args.out / "sift.json").write_text(json.dumps(
-        {"num_features": args.num_features, "decode_seconds": t_dec, "sift_seconds": ts,
-         "images_per_second": len(files) / ts, "mean_valid": float(feats.valid.sum(1).mean())}, indent=1))
-    log(f"SIFT {gray.shape}: {ts:.0f}s ({len(files) / ts:.1f} images/s, 1 thread), "
-        f"{feats.valid.sum(1).mean():.0f} keypoints/image")
+        {"num_features": f, "seconds": secs, "images_per_second": n / max(secs, 1e-9), "n": n}, indent=1))
 
 
-def stage_eval(args: argparse.Namespace, n: int, pos: np.ndarray, audited: np.ndarray) -> None:
+def available(args: argparse.Namespace, n: int) -> int:
+    """Images (a lesion-order prefix) that both the embedding and the SIFT stage have finished."""
+    m = min(n, _done(args.out / "pretrained.npz"), _done(args.out / "sift.npz"))
+    if m < n:
+        log(f"only the first {m} of {n} images (lesion order) are embedded and described: evaluating that subset")
+    return m
+
+
+def stage_eval(args: argparse.Namespace, files: list[str], pos: np.ndarray, audited: np.ndarray) -> None:
     import torch
 
     from noisycal_platform.cleaning.rankings import rank_near_duplicates
     from noisycal_platform.cleaning.rankings.verify import LocalFeatures, verified_near_duplicates
 
     torch.set_num_threads(1)
+    n = len(files)
     rows: list[dict] = []
-    embs = {"baseline (thumbnail + colour histogram)": np.load(args.out / "baseline.npy"),
-            f"{args.arch} frozen, {args.image_size} px, views={args.views}": np.load(args.out / "pretrained.npy")}
+    t = time.perf_counter()
+    base = baseline_embedding(load_images(files, 64))
+    t_base = time.perf_counter() - t
+    with np.load(args.out / "pretrained.npz") as z:
+        pre = z["emb"][:n]
+    embs = {"baseline (thumbnail + colour histogram)": base,
+            f"{args.arch} frozen, {args.image_size} px, views={args.views}": pre}
     for name, e in embs.items():
         t = time.perf_counter()
         r = rank_near_duplicates(e, top_k=max(KS))
@@ -171,9 +213,9 @@ def stage_eval(args: argparse.Namespace, n: int, pos: np.ndarray, audited: np.nd
         m["name"] = name
         rows.append(m)
         log(json.dumps(m))
-    z = np.load(args.out / "sift.npz")
-    feats = LocalFeatures(z["frames"], z["descriptors"], z["valid"], float(z["diagonal"]))
-    e = embs[list(embs)[1]]
+    with np.load(args.out / "sift.npz") as z:
+        feats = LocalFeatures(z["frames"][:n], z["descriptors"][:n], z["valid"][:n], float(z["diagonal"]))
+    e = pre
     for k in args.k:
         t = time.perf_counter()
         v = verified_near_duplicates(e, feats, k=k, min_inliers=args.min_inliers)
@@ -185,7 +227,8 @@ def stage_eval(args: argparse.Namespace, n: int, pos: np.ndarray, audited: np.nd
                  audited_in_candidates=int(np.isin(_codes(audited, n), _codes(v.pairs, n)).sum()))
         rows.append(m)
         log(json.dumps(m))
-    info = {"cpu": cpu_name(), "n_images": n, "n_pos": len(pos), "n_audited": len(audited), "rows": rows}
+    info = {"cpu": cpu_name(), "n_images": n, "n_pos": len(pos), "n_audited": len(audited), "rows": rows,
+            "baseline_seconds": t_base}
     for f in ("embed.json", "sift.json"):
         if (args.out / f).exists():
             info[f[:-5]] = json.loads((args.out / f).read_text())
@@ -244,7 +287,9 @@ def stage_planted(args: argparse.Namespace, files: list[str], labels: np.ndarray
     base = baseline_embedding(np.concatenate([load_images(files, 64).numpy(), offdomain_images(64, seed=args.seed)]))
     t_base = time.perf_counter() - t
     enc = load_pretrained(args.arch, image_size=args.image_size, device="cpu", views=args.views)
-    pre = np.concatenate([np.load(args.out / "pretrained.npy"),
+    with np.load(args.out / "pretrained.npz") as z:
+        pre_real = z["emb"][:n]
+    pre = np.concatenate([pre_real,
                           embed_frozen(enc, offdomain_images(args.image_size, seed=args.seed), num_threads=1)])
     is_off = np.r_[np.zeros(n, bool), np.ones(30, bool)]
     rows = []
@@ -284,6 +329,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, nargs="+", default=[10], help="neighbours per image to verify")
     ap.add_argument("--min-inliers", type=int, default=8)
     ap.add_argument("--no-full-ap", dest="full_ap", action="store_false")
+    ap.add_argument("--chunk", type=int, default=500, help="images per saved chunk (embed / sift stages)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/ham_pretrained"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -296,8 +342,14 @@ def main() -> None:
         stage_embed(args, files)
     if args.stage in ("all", "sift"):
         stage_sift(args, files)
+    if args.stage in ("all", "eval", "planted"):
+        m = available(args, len(ids))
+        if m < len(ids):
+            ids, pos, audited, labels = load_truth(m)
+            files = files[:m]
+            log(f"subset: N={m} images, {len(pos)} same-lesion pairs, {len(audited)} audited pairs")
     if args.stage in ("all", "eval"):
-        stage_eval(args, len(ids), pos, audited)
+        stage_eval(args, files, pos, audited)
     if args.stage in ("all", "planted"):
         stage_planted(args, files, labels)
     log(f"stage {args.stage} wall {time.perf_counter() - t0:.0f}s")
