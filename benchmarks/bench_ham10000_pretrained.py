@@ -158,20 +158,21 @@ def stage_sift(args: argparse.Namespace, files: list[str]) -> None:
     desc = np.zeros((n, f, 128), np.float32)
     valid = np.zeros((n, f), bool)
     start = _done(path)
-    secs, diag = 0.0, 0.0
+    secs, diag = 0.0, np.zeros(n)
     if start:
         with np.load(path) as z:
             frames[:start], desc[:start], valid[:start] = z["frames"], z["descriptors"], z["valid"]
-            secs, diag = float(z["seconds"]), float(z["diagonal"])
+            secs, diag[:start] = float(z["seconds"]), z["diagonal"]
     for a in range(start, n, args.chunk):
         t = time.perf_counter()
         gray = np.stack([np.asarray(Image.open(p).convert("L"), dtype=np.uint8) for p in files[a:a + args.chunk]])
         feats = extract_sift(gray, num_features=f, num_threads=1)
         secs += time.perf_counter() - t
         done = min(n, a + args.chunk)
-        frames[a:done], desc[a:done], valid[a:done], diag = feats.frames, feats.descriptors, feats.valid, feats.diagonal
+        frames[a:done], desc[a:done], valid[a:done] = feats.frames, feats.descriptors, feats.valid
+        diag[a:done] = feats.diagonal
         _save_atomic(path, frames=frames[:done], descriptors=desc[:done], valid=valid[:done], done=np.int64(done),
-                     seconds=np.float64(secs), diagonal=np.float64(diag))
+                     seconds=np.float64(secs), diagonal=diag[:done])
         log(f"SIFT: {done}/{n} images, {secs:.0f}s ({done / secs:.1f} images/s incl. decode, 1 thread), "
             f"{valid[:done].sum(1).mean():.0f} keypoints/image")
     (args.out / "sift.json").write_text(json.dumps(
@@ -214,7 +215,8 @@ def stage_eval(args: argparse.Namespace, files: list[str], pos: np.ndarray, audi
         rows.append(m)
         log(json.dumps(m))
     with np.load(args.out / "sift.npz") as z:
-        feats = LocalFeatures(z["frames"][:n], z["descriptors"][:n], z["valid"][:n], float(z["diagonal"]))
+        diag = np.asarray(z["diagonal"], np.float64)
+        feats = LocalFeatures(z["frames"][:n], z["descriptors"][:n], z["valid"][:n], diag[:n] if diag.ndim else diag)
     e = pre
     for k in args.k:
         t = time.perf_counter()

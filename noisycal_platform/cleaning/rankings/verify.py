@@ -12,7 +12,7 @@ scale and orientation, so one match (frame A₁ at p₁ in image 1, frame A₂ a
 M = A₂A₁⁻¹, t = p₂ − M p₁ (Philbin et al. 2007, "fast spatial matching", §4). Every match is tried as a
 hypothesis (RANSAC with exhaustive instead of random sampling, Fischler & Bolles 1981), so the result
 is deterministic and needs no seed; a match n is an inlier of hypothesis m when
-‖M_m p₁ₙ + t_m − p₂ₙ‖ ≤ ``inlier_tol`` × image diagonal. The pair's score is the best hypothesis's
+‖M_m p₁ₙ + t_m − p₂ₙ‖ ≤ ``inlier_tol`` × the diagonal of image 2. The pair's score is the best hypothesis's
 inlier count; hypotheses whose scale change exceeds ``max_scale`` are skipped.
 
 Ranking: pairs with at least ``min_inliers`` inliers first, by inlier count descending; then the
@@ -99,12 +99,20 @@ def candidate_pairs(idx: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class LocalFeatures:
     """Per-image local features: frames N×F×2×3 (affine frame [A | p], pixels), descriptors N×F×128,
-    ``valid`` N×F (padding slots are False) and the image diagonal (pixels)."""
+    ``valid`` N×F (padding slots are False) and each image's diagonal in pixels (N; a scalar is broadcast)."""
 
     frames: np.ndarray
     descriptors: np.ndarray
     valid: np.ndarray
-    diagonal: float
+    diagonal: np.ndarray | float
+
+    def __post_init__(self) -> None:
+        n = self.frames.shape[0]
+        if self.descriptors.shape[0] != n or self.valid.shape[0] != n:
+            raise ValueError(f"frames, descriptors, valid differ in length: {n}, {self.descriptors.shape[0]}, "
+                             f"{self.valid.shape[0]}")
+        diag = np.broadcast_to(np.asarray(self.diagonal, np.float64), (n,)).copy()
+        object.__setattr__(self, "diagonal", diag)
 
     def __len__(self) -> int:
         return int(self.frames.shape[0])
@@ -112,27 +120,37 @@ class LocalFeatures:
 
 def extract_sift(gray: object, *, num_features: int = 256, descriptor_backend: str = "pyramid",
                  num_threads: int | None = None) -> LocalFeatures:
-    """SIFT frames and RootSIFT descriptors (kornia ``SIFTFeature``) of uint8 N×H×W grey images.
+    """SIFT frames and RootSIFT descriptors (kornia ``SIFTFeature``) of grey uint8 images.
 
-    kornia's scale-space detector takes one image per call, so this loops over the images.
-    ``descriptor_backend``: kornia's "pyramid" (descriptors from the detector's scale pyramid; ~1.5x
-    faster here) or "patch" (descriptors from resampled patches).
+    ``gray``: a uint8 N×H×W array, or a sequence of uint8 H×W arrays of any sizes (downscale large
+    photographs first: the cost grows with the pixel count). kornia's scale-space detector takes one
+    image per call, so this loops over the images. ``descriptor_backend``: kornia's "pyramid"
+    (descriptors from the detector's scale pyramid; ~1.5x faster here) or "patch" (resampled patches).
     """
     import kornia.feature as KF
     import torch
 
-    g = np.asarray(gray)
-    if g.ndim == 4 and g.shape[1] == 1:
-        g = g[:, 0]
-    if g.dtype != np.uint8 or g.ndim != 3 or g.shape[0] < 1:
-        raise ValueError(f"gray: expected uint8 N×H×W, got dtype={g.dtype} shape={g.shape}")
+    if isinstance(gray, np.ndarray):
+        g = gray[:, 0] if gray.ndim == 4 and gray.shape[1] == 1 else gray
+        if g.ndim != 3:
+            raise ValueError(f"gray: expected uint8 N×H×W, got shape {gray.shape}")
+        imgs = list(g)
+    else:
+        imgs = [np.asarray(im) for im in gray]  # type: ignore[union-attr]
+    if not imgs:
+        raise ValueError("gray: no images")
+    for a, im in enumerate(imgs):
+        if im.dtype != np.uint8 or im.ndim != 2 or min(im.shape) < 16:
+            raise ValueError(f"gray[{a}]: expected a uint8 H×W image with H, W >= 16, got dtype={im.dtype} "
+                             f"shape={im.shape}")
     num_features = _check_pos_int(num_features, "num_features")
     if descriptor_backend not in ("pyramid", "patch"):
         raise ValueError(f"descriptor_backend: expected 'pyramid' or 'patch', got {descriptor_backend!r}")
-    n, h, w = g.shape
+    n = len(imgs)
     frames = np.zeros((n, num_features, 2, 3), np.float32)
     desc = np.zeros((n, num_features, 128), np.float32)
     valid = np.zeros((n, num_features), bool)
+    diag = np.array([np.hypot(*im.shape) for im in imgs], np.float64)
     old = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
@@ -140,16 +158,15 @@ def extract_sift(gray: object, *, num_features: int = 256, descriptor_backend: s
         sift = KF.SIFTFeature(num_features=num_features, upright=False, rootsift=True,
                               descriptor_backend=descriptor_backend)
         with torch.no_grad():
-            for a in range(n):
-                img = torch.from_numpy(g[a]).float().div_(255.0)[None, None]
-                lafs, resp, dsc = sift(img)
+            for a, im in enumerate(imgs):
+                lafs, resp, dsc = sift(torch.from_numpy(np.ascontiguousarray(im)).float().div_(255.0)[None, None])
                 m = lafs.shape[1]
                 frames[a, :m] = lafs[0].numpy()
                 desc[a, :m] = dsc[0].numpy()
                 valid[a, :m] = (resp[0] > 0).numpy()
     finally:
         torch.set_num_threads(old)
-    return LocalFeatures(frames, desc, valid, float(np.hypot(h, w)))
+    return LocalFeatures(frames, desc, valid, diag)
 
 
 def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0.8, inlier_tol: float = 0.03,
@@ -174,7 +191,7 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     frames = torch.from_numpy(np.ascontiguousarray(features.frames, dtype=np.float32))
     desc = torch.from_numpy(np.ascontiguousarray(features.descriptors, dtype=np.float32))
     valid = torch.from_numpy(np.ascontiguousarray(features.valid))
-    tol2 = float(inlier_tol * features.diagonal) ** 2
+    tol2_img = torch.from_numpy((inlier_tol * np.asarray(features.diagonal, np.float64)) ** 2).float()
     lo_s, hi_s = 1.0 / max_scale ** 2, max_scale ** 2  # bounds on |det M| = scale²
     eye = torch.eye(2)
     out = np.zeros(pairs.shape[0], np.int64)
@@ -209,7 +226,7 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
             hyp = ok & (det >= lo_s) & (det <= hi_s)
             pred = torch.einsum("bmij,bnj->bmni", m, p1) + t[:, :, None, :]  # B×M(hyp)×M(match)×2
             err2 = ((pred - p2[:, None, :, :]) ** 2).sum(-1)
-            inl = (err2 <= tol2) & ok[:, None, :] & hyp[:, :, None]
+            inl = (err2 <= tol2_img[pj][:, None, None]) & ok[:, None, :] & hyp[:, :, None]
             out[a:a + pi.shape[0]] = inl.sum(-1).amax(-1).numpy()
     return out
 

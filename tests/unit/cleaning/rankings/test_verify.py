@@ -138,3 +138,15 @@ def test_verified_search_puts_true_copies_first(scene):
     assert not first & {(0, 3), (0, 4), (1, 3), (2, 3)}
     with pytest.raises(ValueError, match="rows"):
         verified_near_duplicates(emb[:4], scene, k=2)
+
+
+def test_images_of_different_sizes_and_their_own_tolerance():
+    pytest.importorskip("kornia")
+    a = _texture(5, 160)
+    crop = a[10:130, 20:150].copy()  # a crop of a, another size: the same scene at the same scale
+    feats = extract_sift([a, crop, _texture(6, 96)], num_features=96, num_threads=1)
+    np.testing.assert_allclose(feats.diagonal, [np.hypot(160, 160), np.hypot(120, 130), np.hypot(96, 96)])
+    inl = verify_pairs(feats, np.array([[0, 1], [0, 2]]))
+    assert inl[0] >= 15 and inl[1] <= 6, inl
+    with pytest.raises(ValueError, match=r"gray\[1\]"):
+        extract_sift([a, a.astype(np.float32)])
