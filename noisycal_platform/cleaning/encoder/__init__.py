@@ -19,7 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._dino import Encoder
 
 __all__ = [
-    "DEMO", "HAM_CPU", "PAPER", "PRESETS", "Encoder", "EncoderConfig", "embed", "embed_frozen", "load_checkpoint",
+    "DEMO", "HAM_CPU", "PAPER", "PRESETS", "Encoder", "EncoderConfig", "embed", "embed_for_cleaning", "embed_frozen",
+    "load_checkpoint",
     "load_encoder", "load_pretrained", "save_encoder", "train_encoder",
 ]
 
@@ -72,6 +73,13 @@ def load_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> Any:
     from .checkpoint import load_checkpoint as _load
 
     return _load(path, **kwargs)
+
+
+def embed_for_cleaning(images: Any, **kwargs: Any) -> tuple[np.ndarray, dict]:
+    """Clinic checkpoint or frozen ImageNet encoder → (embedding, provenance); see ``real_data``."""
+    from .real_data import embed_for_cleaning as _embed
+
+    return _embed(images, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

