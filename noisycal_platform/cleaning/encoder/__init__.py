@@ -19,14 +19,33 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._dino import Encoder
 
 __all__ = [
-    "DEMO", "HAM_CPU", "PAPER", "PRESETS", "Encoder", "EncoderConfig", "embed", "embed_for_cleaning", "embed_frozen",
+    "DEMO",
+    "HAM_CPU",
+    "PAPER",
+    "PRESETS",
+    "Encoder",
+    "EncoderConfig",
+    "embed",
+    "embed_for_cleaning",
+    "embed_frozen",
     "load_checkpoint",
-    "load_encoder", "load_pretrained", "save_encoder", "train_encoder",
+    "load_encoder",
+    "load_pretrained",
+    "pretrained_init",
+    "save_encoder",
+    "train_encoder",
 ]
 
 
+def pretrained_init(arch: str = "efficientnet-lite0") -> Any:
+    """ImageNet EfficientNet-Lite as the starting backbone of ``train_encoder(..., init=...)``."""
+    from ._dino import pretrained_init as _init
+
+    return _init(arch)
+
+
 def train_encoder(images: Any, config: EncoderConfig, **kwargs: Any) -> Encoder:
-    """DINO from random init on ``images`` (uint8 N×3×H×W); see ``_dino.train_encoder``."""
+    """DINO from random init (or ``init=pretrained_init()``) on uint8 N×3×H×W ``images``; see ``_dino``."""
     from ._dino import train_encoder as _train
 
     return _train(images, config, **kwargs)

@@ -104,3 +104,43 @@ def test_bad_arguments():
     enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
     with pytest.raises(ValueError, match="uint8"):
         embed_frozen(enc, np.zeros((1, 3, 64, 64), np.float32))
+
+
+def _finetune_config(**kw):
+    from noisycal_platform.cleaning.encoder import DEMO
+
+    base = dict(image_size=64, epochs=1, batch_size=4, warmup_epochs=1, min_lr=0.0, n_local_crops=2,
+                local_crop_size=32, out_dim=64, head_hidden_dim=64, head_bottleneck_dim=32, seed=0)
+    base.update(kw)
+    return DEMO.replace(**base)
+
+
+def test_finetune_at_zero_learning_rate_keeps_the_imagenet_encoder():
+    """One iteration at lr = 0 (the first warm-up step is exactly 0): the teacher is the ImageNet network,
+    BatchNorm statistics untouched, so its embedding is the frozen encoder's (up to the EMA's rounding)."""
+    from noisycal_platform.cleaning.encoder import embed, pretrained_init, train_encoder
+
+    init = pretrained_init("efficientnet-lite0")
+    x = np.concatenate([_textured(s, 64) for s in range(4)])
+    enc = train_encoder(x, _finetune_config(), init=init)
+    buffers = dict(enc.backbone.net.named_buffers())
+    for k, v in init.net.named_buffers():
+        assert torch.equal(buffers[k], v), k  # eval-mode BatchNorm never updates its running statistics
+    frozen = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
+    np.testing.assert_allclose(embed(enc, x), embed_frozen(frozen, x), rtol=1e-4, atol=1e-5)
+
+
+def test_finetune_moves_the_teacher_and_round_trips(tmp_path):
+    from noisycal_platform.cleaning.encoder import embed, load_encoder, pretrained_init, save_encoder, train_encoder
+
+    init = pretrained_init("efficientnet-lite0")
+    x = np.concatenate([_textured(s, 64) for s in range(8)])
+    enc = train_encoder(x, _finetune_config(epochs=2, warmup_epochs=0, lr=5e-2, teacher_momentum=0.5), init=init)
+    assert all(np.isfinite(enc.history))
+    moved = max(float((a - b).detach().abs().max())
+                for a, b in zip(enc.backbone.parameters(), init.parameters(), strict=True))
+    assert moved > 1e-4
+    _, path = save_encoder(enc, tmp_path)
+    back = load_encoder(path, device="cpu")
+    assert back.dim == 1280
+    np.testing.assert_allclose(embed(back, x), embed(enc, x), rtol=1e-6, atol=1e-7)
