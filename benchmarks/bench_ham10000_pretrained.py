@@ -30,6 +30,8 @@ Times under that load: Lite0 embedding 2,742 s (3.7 images/s incl. decoding; 9.4
 smoke run with less load), SIFT 2,277 s (4.4 images/s; 25 images/s on the smoke run), verification
 80 s (k = 10, 81,154 candidate pairs) and 155 s (k = 20, 160,461 pairs). Planted issues: label-error
 AUROC 0.953 (Lite0) vs 0.942 (baseline), irrelevant-sample AUROC 1.000 vs 0.984.
+``--views d4`` (eight flips/quarter-turns, 8x the encoder cost) was measured on the first 600 images in
+lesion order only (198 pairs): AP (all pairs) 0.194 → 0.224, recall@198 0.232 → 0.253 (1.2 images/s).
 
 Stage ``planted``: 2% of the labels flipped to another class (seeded) and 30 off-domain images (crops of
 scikit-learn's two sample photographs and upscaled digits) added; label-error AUROC and
