@@ -66,7 +66,7 @@ _CANDIDATES = [REPO.parent / "shared" / "data" / "ham10000_200x150",
 DATA = Path(os.environ.get("HAM10000_DIR", next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])))
 KS = (1000, 3207)
 
-#: rows quoted from the issue that motivated this benchmark (measured there, not re-run here)
+#: reference rows measured earlier on the same data with other tools (quoted, not re-run here)
 QUOTED = [
     ("platform DINO `ham_cpu` (KoLeo, 15 epochs) [quoted]", "0.035", "0.043", "0.054", "—"),
     ("fastdup 2.54 (bundled model, defaults) [quoted]", "≥ 0.119", "0.115", "0.160", "10 of 20"),
