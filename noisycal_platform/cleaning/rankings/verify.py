@@ -1,0 +1,278 @@
+"""Near-duplicate candidates re-scored by local-feature matching and geometric verification.
+
+Stage 1 (exact candidates): each image's exact k nearest neighbours under the rankings' distance
+d = (1 − cos)/2 (``_kernels``); the union of these lists, as unordered pairs, is the candidate set
+(at most N·k pairs). Every pair of the global top-k by d is in it (each endpoint lists the other).
+
+Stage 2 (verification): SIFT keypoints and descriptors per image (Lowe 2004; kornia's
+``SIFTFeature``), nearest-neighbour descriptor matches kept by Lowe's ratio test (§7.1, distance to the
+nearest < ``ratio`` × distance to the second nearest), then the largest set of matches consistent with
+one similarity transform. Hypotheses come from single correspondences: a SIFT frame fixes position,
+scale and orientation, so one match (frame A₁ at p₁ in image 1, frame A₂ at p₂ in image 2) gives
+M = A₂A₁⁻¹, t = p₂ − M p₁ (Philbin et al. 2007, "fast spatial matching", §4). Every match is tried as a
+hypothesis (RANSAC with exhaustive instead of random sampling, Fischler & Bolles 1981), so the result
+is deterministic and needs no seed; a match n is an inlier of hypothesis m when
+‖M_m p₁ₙ + t_m − p₂ₙ‖ ≤ ``inlier_tol`` × the diagonal of image 2. The pair's score is the best hypothesis's
+inlier count; hypotheses whose scale change exceeds ``max_scale`` are skipped.
+
+Ranking: pairs with at least ``min_inliers`` inliers first, by inlier count descending; then the
+others; ties by d ascending, then (i, j). ``near_duplicate_rerank: false`` keeps the plain embedding
+ranking (``rank_near_duplicates``), which this module does not change.
+
+Memory: O(N·D) for the embeddings, O(N·F·128) for the features (F keypoints per image), one
+``batch_size``×F×F block during verification (hypotheses × matches only over the M ≤ F ratio-test
+matches), O(N·k) for the candidates.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._kernels import BLOCK_ELEMS, as_unit_embeddings, exact_dists, floor32, screen_margin
+
+__all__ = [
+    "LocalFeatures",
+    "VerifiedPairs",
+    "candidate_pairs",
+    "exact_knn",
+    "extract_sift",
+    "rank_verified",
+    "verified_near_duplicates",
+    "verify_pairs",
+]
+
+
+def _check_pos_int(v: object, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def exact_knn(emb: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's k nearest other rows under d = min(‖x_i − x_j‖²/4, 1), exactly (float64 tie-safe).
+
+    Returns ``(idx, dist)``, both N×k', k' = min(k, N − 1), each row sorted by (d, j). Block-wise float32
+    GEMM screening with the rigorous margin of ``_kernels.screen_margin`` and float64 re-evaluation of
+    every column that could enter a row's top k, so the lists equal a float64 brute force.
+    """
+    x = as_unit_embeddings(emb)
+    k = _check_pos_int(k, "k")
+    n = x.shape[0]
+    k = min(k, n - 1)
+    if k == 0:
+        return np.empty((n, 0), np.int64), np.empty((n, 0), np.float64)
+    eps2 = screen_margin(x)
+    rows_per = max(1, BLOCK_ELEMS // max(n, 1))
+    idx = np.empty((n, k), np.int64)
+    dist = np.empty((n, k), np.float64)
+    for r0 in range(0, n, rows_per):
+        r1 = min(n, r0 + rows_per)
+        s = x[r0:r1] @ x.T
+        s[np.arange(r1 - r0), np.arange(r0, r1)] = -np.inf  # not its own neighbour
+        kth = np.partition(s, n - k, axis=1)[:, n - k]  # k-th largest similarity per row
+        thr = floor32(kth.astype(np.float64) - eps2)
+        ri, cj = np.nonzero(s >= thr[:, None])
+        d = exact_dists(x, r0 + ri, cj)
+        order = np.lexsort((cj, d, ri))  # by row, then d, then column
+        ri, cj, d = ri[order], cj[order], d[order]
+        starts = np.searchsorted(ri, np.arange(r1 - r0))
+        take = starts[:, None] + np.arange(k)[None, :]  # every row has >= k survivors
+        idx[r0:r1] = cj[take]
+        dist[r0:r1] = d[take]
+    return idx, dist
+
+
+def candidate_pairs(idx: np.ndarray) -> np.ndarray:
+    """Unique unordered pairs (i < j) of the k-NN lists ``idx`` (N×k), sorted by (i, j); int64 P×2."""
+    idx = np.asarray(idx, dtype=np.int64)
+    n = idx.shape[0]
+    i = np.repeat(np.arange(n, dtype=np.int64), idx.shape[1])
+    j = idx.ravel()
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    code = np.unique(lo * n + hi)
+    return np.stack([code // n, code % n], axis=1)
+
+
+@dataclass(frozen=True, eq=False)
+class LocalFeatures:
+    """Per-image local features: frames N×F×2×3 (affine frame [A | p], pixels), descriptors N×F×128,
+    ``valid`` N×F (padding slots are False) and each image's diagonal in pixels (N; a scalar is broadcast)."""
+
+    frames: np.ndarray
+    descriptors: np.ndarray
+    valid: np.ndarray
+    diagonal: np.ndarray | float
+
+    def __post_init__(self) -> None:
+        n = self.frames.shape[0]
+        if self.descriptors.shape[0] != n or self.valid.shape[0] != n:
+            raise ValueError(f"frames, descriptors, valid differ in length: {n}, {self.descriptors.shape[0]}, "
+                             f"{self.valid.shape[0]}")
+        diag = np.broadcast_to(np.asarray(self.diagonal, np.float64), (n,)).copy()
+        object.__setattr__(self, "diagonal", diag)
+
+    def __len__(self) -> int:
+        return int(self.frames.shape[0])
+
+
+def extract_sift(gray: object, *, num_features: int = 256, descriptor_backend: str = "pyramid",
+                 num_threads: int | None = None) -> LocalFeatures:
+    """SIFT frames and RootSIFT descriptors (kornia ``SIFTFeature``) of grey uint8 images.
+
+    ``gray``: a uint8 N×H×W array, or a sequence of uint8 H×W arrays of any sizes (downscale large
+    photographs first: the cost grows with the pixel count). kornia's scale-space detector takes one
+    image per call, so this loops over the images. ``descriptor_backend``: kornia's "pyramid"
+    (descriptors from the detector's scale pyramid; ~1.5x faster here) or "patch" (resampled patches).
+    """
+    import kornia.feature as KF
+    import torch
+
+    if isinstance(gray, np.ndarray):
+        g = gray[:, 0] if gray.ndim == 4 and gray.shape[1] == 1 else gray
+        if g.ndim != 3:
+            raise ValueError(f"gray: expected uint8 N×H×W, got shape {gray.shape}")
+        imgs = list(g)
+    else:
+        imgs = [np.asarray(im) for im in gray]  # type: ignore[union-attr]
+    if not imgs:
+        raise ValueError("gray: no images")
+    for a, im in enumerate(imgs):
+        if im.dtype != np.uint8 or im.ndim != 2 or min(im.shape) < 16:
+            raise ValueError(f"gray[{a}]: expected a uint8 H×W image with H, W >= 16, got dtype={im.dtype} "
+                             f"shape={im.shape}")
+    num_features = _check_pos_int(num_features, "num_features")
+    if descriptor_backend not in ("pyramid", "patch"):
+        raise ValueError(f"descriptor_backend: expected 'pyramid' or 'patch', got {descriptor_backend!r}")
+    n = len(imgs)
+    frames = np.zeros((n, num_features, 2, 3), np.float32)
+    desc = np.zeros((n, num_features, 128), np.float32)
+    valid = np.zeros((n, num_features), bool)
+    diag = np.array([np.hypot(*im.shape) for im in imgs], np.float64)
+    old = torch.get_num_threads()
+    if num_threads is not None:
+        torch.set_num_threads(num_threads)
+    try:
+        sift = KF.SIFTFeature(num_features=num_features, upright=False, rootsift=True,
+                              descriptor_backend=descriptor_backend)
+        with torch.no_grad():
+            for a, im in enumerate(imgs):
+                lafs, resp, dsc = sift(torch.from_numpy(np.ascontiguousarray(im)).float().div_(255.0)[None, None])
+                m = lafs.shape[1]
+                frames[a, :m] = lafs[0].numpy()
+                desc[a, :m] = dsc[0].numpy()
+                valid[a, :m] = (resp[0] > 0).numpy()
+    finally:
+        torch.set_num_threads(old)
+    return LocalFeatures(frames, desc, valid, diag)
+
+
+def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0.8, inlier_tol: float = 0.03,
+                 max_scale: float = 4.0, batch_size: int = 64) -> np.ndarray:
+    """Inlier count of the best single-correspondence similarity hypothesis for each pair (int64 P).
+
+    Batched over pairs in torch (memory ``batch_size``×F×F); 0 when a pair has no ratio-test match.
+    """
+    import torch
+
+    if not 0 < ratio <= 1:
+        raise ValueError(f"ratio must be in (0, 1], got {ratio!r}")
+    if not inlier_tol > 0:
+        raise ValueError(f"inlier_tol must be > 0, got {inlier_tol!r}")
+    if not max_scale >= 1:
+        raise ValueError(f"max_scale must be >= 1, got {max_scale!r}")
+    batch_size = _check_pos_int(batch_size, "batch_size")
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    n = len(features)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
+        raise ValueError(f"pairs: indices must be in [0, {n}), got range [{pairs.min()}, {pairs.max()}]")
+    frames = torch.from_numpy(np.ascontiguousarray(features.frames, dtype=np.float32))
+    desc = torch.from_numpy(np.ascontiguousarray(features.descriptors, dtype=np.float32))
+    valid = torch.from_numpy(np.ascontiguousarray(features.valid))
+    tol2_img = torch.from_numpy((inlier_tol * np.asarray(features.diagonal, np.float64)) ** 2).float()
+    lo_s, hi_s = 1.0 / max_scale ** 2, max_scale ** 2  # bounds on |det M| = scale²
+    eye = torch.eye(2)
+    out = np.zeros(pairs.shape[0], np.int64)
+    with torch.no_grad():
+        for a in range(0, pairs.shape[0], batch_size):
+            pi = torch.from_numpy(pairs[a:a + batch_size, 0])
+            pj = torch.from_numpy(pairs[a:a + batch_size, 1])
+            v1, v2 = valid[pi], valid[pj]
+            dm = torch.cdist(desc[pi], desc[pj])  # B×F×F descriptor distances
+            dm.masked_fill_(~v2[:, None, :], float("inf"))
+            if dm.shape[-1] >= 2:
+                two = dm.topk(2, dim=-1, largest=False)
+                best, second, nn = two.values[..., 0], two.values[..., 1], two.indices[..., 0]
+                ok = v1 & torch.isfinite(best) & (best < ratio * second)
+            else:
+                best, nn = dm[..., 0], torch.zeros_like(v1, dtype=torch.long)
+                ok = v1 & torch.isfinite(best)
+            # keep only the ratio-test matches: move them to the front, cut at the batch's largest count
+            keep = int(ok.sum(1).max()) if ok.numel() else 0
+            if keep == 0:
+                continue
+            front = torch.argsort((~ok).to(torch.int8), dim=1, stable=True)[:, :keep]
+            ok = torch.gather(ok, 1, front)
+            nn = torch.gather(nn, 1, front)
+            f1 = torch.gather(frames[pi], 1, front[..., None, None].expand(-1, -1, 2, 3))  # B×M×2×3
+            f2 = torch.gather(frames[pj], 1, nn[..., None, None].expand(-1, -1, 2, 3))
+            a1 = torch.where(ok[..., None, None], f1[..., :2], eye)
+            m = f2[..., :2] @ torch.linalg.inv(a1)  # B×M×2×2, one hypothesis per match
+            p1, p2 = f1[..., 2], f2[..., 2]
+            t = p2 - (m @ p1[..., None])[..., 0]
+            det = torch.linalg.det(m).abs()
+            hyp = ok & (det >= lo_s) & (det <= hi_s)
+            pred = torch.einsum("bmij,bnj->bmni", m, p1) + t[:, :, None, :]  # B×M(hyp)×M(match)×2
+            err2 = ((pred - p2[:, None, :, :]) ** 2).sum(-1)
+            inl = (err2 <= tol2_img[pj][:, None, None]) & ok[:, None, :] & hyp[:, :, None]
+            out[a:a + pi.shape[0]] = inl.sum(-1).amax(-1).numpy()
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class VerifiedPairs:
+    """Candidate pairs in verified order: ``pairs`` (i < j), embedding distance ``dist`` and ``inliers``."""
+
+    pairs: np.ndarray
+    dist: np.ndarray
+    inliers: np.ndarray
+    min_inliers: int
+
+    def __len__(self) -> int:
+        return int(self.pairs.shape[0])
+
+    @property
+    def verified(self) -> np.ndarray:
+        """Mask of pairs with at least ``min_inliers`` inliers (they come first)."""
+        return self.inliers >= self.min_inliers
+
+
+def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, min_inliers: int) -> VerifiedPairs:
+    """Order: verified pairs (inliers ≥ ``min_inliers``) by inliers descending, then the rest; ties by d, i, j."""
+    pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
+    dist = np.asarray(dist, np.float64)
+    inliers = np.asarray(inliers, np.int64)
+    if not (pairs.shape[0] == dist.shape[0] == inliers.shape[0]):
+        raise ValueError(f"pairs, dist, inliers differ in length: {pairs.shape[0]}, {dist.shape[0]}, "
+                         f"{inliers.shape[0]}")
+    min_inliers = _check_pos_int(min_inliers, "min_inliers")
+    eff = np.where(inliers >= min_inliers, inliers, 0)
+    order = np.lexsort((pairs[:, 1], pairs[:, 0], dist, -eff))
+    return VerifiedPairs(pairs[order], dist[order], inliers[order], min_inliers)
+
+
+def verified_near_duplicates(emb: np.ndarray, features: LocalFeatures, *, k: int = 10, min_inliers: int = 8,
+                             ratio: float = 0.8, inlier_tol: float = 0.03, max_scale: float = 4.0,
+                             batch_size: int = 64) -> VerifiedPairs:
+    """Exact k-NN candidates from ``emb`` (row i = image i of ``features``), verified and re-ranked."""
+    x = as_unit_embeddings(emb)
+    if x.shape[0] != len(features):
+        raise ValueError(f"emb has {x.shape[0]} rows but features describe {len(features)} images")
+    idx, _ = exact_knn(x, k)
+    cand = candidate_pairs(idx)
+    d = exact_dists(x, cand[:, 0], cand[:, 1])
+    inl = verify_pairs(features, cand, ratio=ratio, inlier_tol=inlier_tol, max_scale=max_scale,
+                       batch_size=batch_size)
+    return rank_verified(cand, d, inl, min_inliers=min_inliers)

@@ -1,0 +1,152 @@
+"""Verified near-duplicate search: exact k-NN candidates, SIFT matching, geometric verification, re-ranking."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from noisycal_platform.cleaning.rankings.verify import (
+    LocalFeatures,
+    candidate_pairs,
+    exact_knn,
+    extract_sift,
+    rank_verified,
+    verified_near_duplicates,
+    verify_pairs,
+)
+
+from ._brute import clustered, dense_dist, unit32
+
+
+def _brute_knn(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    d = dense_dist(x)
+    n = len(d)
+    idx = np.empty((n, k), np.int64)
+    for i in range(n):  # reference only (small N)
+        cols = np.array([j for j in range(n) if j != i])
+        o = np.lexsort((cols, d[i, cols]))[:k]
+        idx[i] = cols[o]
+    return idx, np.take_along_axis(d, idx, axis=1)
+
+
+@pytest.mark.usefixtures("small_tiles")
+def test_exact_knn_equals_brute_force_with_ties():
+    x = clustered(300, dim=16, seed=4)
+    x[50] = x[10]  # exact duplicates: ties at d = 0 resolved by column index
+    x[60] = x[10]
+    x = unit32(x)
+    idx, dist = exact_knn(x, 7)
+    bidx, bdist = _brute_knn(x, 7)
+    np.testing.assert_array_equal(idx, bidx)
+    np.testing.assert_allclose(dist, bdist, rtol=1e-9, atol=1e-15)
+    assert idx[10, 0] == 50 and idx[10, 1] == 60 and dist[10, 0] == 0.0  # exact: identical rows give d = 0
+
+
+def test_exact_knn_clamps_k_and_rejects_bad_input():
+    x = unit32(np.random.default_rng(0).standard_normal((4, 3)))
+    idx, _ = exact_knn(x, 10)
+    assert idx.shape == (4, 3)
+    assert exact_knn(x[:1], 3)[0].shape == (1, 0)
+    with pytest.raises(ValueError, match="positive integer"):
+        exact_knn(x, 0)
+
+
+def test_candidates_hold_the_global_top_pairs():
+    x = unit32(clustered(200, dim=12, seed=1))
+    k = 5
+    cand = candidate_pairs(exact_knn(x, k)[0])
+    assert np.all(cand[:, 0] < cand[:, 1])
+    assert len(np.unique(cand, axis=0)) == len(cand) <= 200 * k
+    d = dense_dist(x)
+    iu = np.triu_indices(200, 1)
+    top = np.lexsort((iu[1], iu[0], d[iu]))[:k]  # global top-k pairs by d
+    have = {tuple(p) for p in cand.tolist()}
+    assert all((int(iu[0][t]), int(iu[1][t])) in have for t in top)
+
+
+def _texture(seed: int, size: int = 128) -> np.ndarray:
+    """Blob texture with many corners (uint8 size×size), no symmetry."""
+    from scipy.ndimage import gaussian_filter
+
+    rng = np.random.default_rng(seed)
+    g = gaussian_filter(rng.random((size, size)), 2.0)
+    g = (g - g.min()) / (g.max() - g.min())
+    return (g * 255).round().astype(np.uint8)
+
+
+def _rotated(img: np.ndarray, angle: float) -> np.ndarray:
+    from scipy.ndimage import rotate
+
+    return rotate(img, angle, reshape=False, order=1, mode="reflect")
+
+
+@pytest.fixture(scope="module")
+def scene() -> LocalFeatures:
+    pytest.importorskip("kornia")
+    a, b = _texture(0), _texture(1)
+    imgs = np.stack([a, np.rot90(a).copy(), _rotated(a, 30.0), b, np.rot90(b).copy()])
+    return extract_sift(imgs, num_features=128, num_threads=1)
+
+
+def test_identical_images_every_valid_keypoint_is_an_inlier(scene):
+    n_valid = int(scene.valid[0].sum())
+    got = verify_pairs(scene, np.array([[0, 0]]))[0]
+    # every keypoint matches itself at distance 0; the identity maps every point onto itself
+    assert 0.9 * n_valid <= got <= n_valid
+
+
+def test_rotated_copies_verify_and_different_textures_do_not(scene):
+    pairs = np.array([[0, 1], [0, 2], [3, 4], [0, 3], [1, 4], [2, 3]])
+    inl = verify_pairs(scene, pairs, batch_size=2)
+    same, diff = inl[:3], inl[3:]
+    assert same.min() >= 15, inl
+    assert diff.max() <= 6, inl
+    np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=64))  # batching-independent
+
+
+def test_verify_rejects_bad_arguments(scene):
+    with pytest.raises(ValueError, match="indices"):
+        verify_pairs(scene, np.array([[0, 9]]))
+    with pytest.raises(ValueError, match="ratio"):
+        verify_pairs(scene, np.array([[0, 1]]), ratio=1.5)
+
+
+def test_rank_verified_order():
+    pairs = np.array([[0, 1], [0, 2], [1, 2], [2, 3], [3, 4]])
+    dist = np.array([0.01, 0.20, 0.05, 0.05, 0.30])
+    inl = np.array([3, 40, 12, 12, 0])
+    r = rank_verified(pairs, dist, inl, min_inliers=10)
+    # verified by inliers desc: (0,2)=40, then (1,2) and (2,3) tie at 12 and d -> (i, j); rest by d
+    np.testing.assert_array_equal(r.pairs, [[0, 2], [1, 2], [2, 3], [0, 1], [3, 4]])
+    np.testing.assert_array_equal(r.verified, [True, True, True, False, False])
+    with pytest.raises(ValueError, match="differ in length"):
+        rank_verified(pairs, dist[:3], inl, min_inliers=1)
+
+
+def test_verified_search_puts_true_copies_first(scene):
+    # embeddings where each true copy is a candidate but an unrelated image is closer in embedding space
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((5, 8))
+    emb = base.copy()
+    emb[1] = base[0] + 0.30 * rng.standard_normal(8)
+    emb[2] = base[0] + 0.35 * rng.standard_normal(8)
+    emb[3] = base[0] + 0.05 * rng.standard_normal(8)  # a different texture, nearest to image 0
+    emb[4] = base[3] + 0.05 * rng.standard_normal(8)
+    v = verified_near_duplicates(emb, scene, k=4, min_inliers=10)
+    first = {tuple(p) for p in v.pairs[: int(v.verified.sum())].tolist()}
+    assert {(0, 1), (0, 2), (1, 2), (3, 4)} <= first
+    assert not first & {(0, 3), (0, 4), (1, 3), (2, 3)}
+    with pytest.raises(ValueError, match="rows"):
+        verified_near_duplicates(emb[:4], scene, k=2)
+
+
+def test_images_of_different_sizes_and_their_own_tolerance():
+    pytest.importorskip("kornia")
+    a = _texture(5, 160)
+    crop = a[10:130, 20:150].copy()  # a crop of a, another size: the same scene at the same scale
+    feats = extract_sift([a, crop, _texture(6, 96)], num_features=96, num_threads=1)
+    np.testing.assert_allclose(feats.diagonal, [np.hypot(160, 160), np.hypot(120, 130), np.hypot(96, 96)])
+    inl = verify_pairs(feats, np.array([[0, 1], [0, 2]]))
+    assert inl[0] >= 15 and inl[1] <= 6, inl
+    with pytest.raises(ValueError, match=r"gray\[1\]"):
+        extract_sift([a, a.astype(np.float32)])
