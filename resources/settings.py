@@ -10,6 +10,7 @@ Example::
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -42,6 +43,12 @@ class SettingsResource(dg.ConfigurableResource):
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000
     seed: int = 0
+    # scale-out (resources/executor.py, resources/parquet_warehouse.py); the defaults are the embedded set-up
+    executor: Literal["in_process", "multiprocess", "dask"] = "in_process"
+    dask_scheduler: str = ""  # "tcp://host:port" of an existing scheduler; "" = a LocalCluster on this host
+    dask_workers: int = Field(default=2, ge=1)  # worker processes of that LocalCluster
+    warehouse: Literal["duckdb", "parquet"] = "duckdb"
+    warehouse_root: str = ""  # parquet root: a local path or an fsspec URL; "" = $NOISYCAL_HOME/warehouse
 
 
 def load_settings(home: Path) -> SettingsResource:

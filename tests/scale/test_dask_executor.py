@@ -1,0 +1,177 @@
+"""The dask executor (settings ``"executor": "dask"``) on a ``distributed.LocalCluster`` of two worker processes
+started here: calibration for two model versions and cleaning for one dataset run as Dask tasks, and every
+warehouse table equals the one an in-process run of the same inputs writes (exactly for integer and text
+columns, 1e-12 for floats: the steps run the same code on the same inputs, only in other processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import dagster as dg
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs, write_demo_model_version
+from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
+from noisycal_platform.demo import write_demo_cleaning_scores
+from orchestration.runner import instance_for
+from resources.executor import executor_for
+from resources.settings import SettingsResource
+from tests.scale import jobs
+
+distributed = pytest.importorskip("distributed")
+
+DATASET = "digits_tiny"
+VERSIONS = ["v1", "v2"]
+TINY = {
+    "encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64},
+    "near_duplicate_top_k": 100,
+    "queue_max_per_type": 40,
+    "n_bootstrap": 50,
+    "n_bootstrap_cleaning": 50,
+}
+
+
+def _inputs(home, settings: dict) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "settings.json").write_text(json.dumps(settings))
+    write_demo_calibration_inputs(home, seed=0)
+    write_demo_model_version(home, "v2", seed=0)
+    write_demo_cleaning_dataset(
+        home, name=DATASET, seed=0, n_digits=120, n_irrelevant=4, n_duplicate_pairs=4, n_duplicate_triples=1,
+        n_flipped=4,
+    )
+    write_demo_cleaning_scores(home, DATASET, "v1", seed=0)
+    instance = instance_for(home)
+    instance.add_dynamic_partitions("model_versions", VERSIONS)
+    instance.add_dynamic_partitions("datasets", [DATASET])
+
+
+def _tables(home) -> dict[str, pl.DataFrame]:
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        names = con.execute(
+            "select table_schema, table_name from information_schema.tables order by 1, 2"
+        ).fetchall()
+        return {f"{s}.{t}": con.execute(f'select * from "{s}"."{t}"').pl() for s, t in names}
+
+
+def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows in one order: by every non-float column, then by the floats (tables have no row order)."""
+    floats = [c for c, t in frame.schema.items() if t.is_float()]
+    others = [c for c in frame.columns if c not in floats and not isinstance(frame.schema[c], pl.List)]
+    return frame.sort([*others, *floats], nulls_last=True) if frame.height else frame
+
+
+def assert_same_tables(got: dict[str, pl.DataFrame], want: dict[str, pl.DataFrame]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, frame in want.items():
+        a, b = _canonical(got[name]), _canonical(frame)
+        assert a.schema == b.schema, name
+        assert a.height == b.height, name
+        for col in b.columns:
+            x, y = a[col], b[col]
+            if isinstance(y.dtype, pl.List):
+                x, y = x.explode(), y.explode()
+            if y.dtype.is_float():
+                np.testing.assert_allclose(
+                    x.to_numpy(), y.to_numpy(), rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"{name}.{col}"
+                )
+            else:
+                assert x.to_list() == y.to_list(), f"{name}.{col}"
+
+
+def _single_threaded():
+    """The in-process reference with one BLAS / torch thread, like the single-threaded Dask workers."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    limits = threadpool_limits(1)
+    return lambda: (limits.unregister(), torch.set_num_threads(before))
+
+
+def _in_process(home, plan: list[tuple[list[str], list[str]]]) -> None:
+    from definitions import build_definitions
+
+    defs = build_definitions(home)
+    restore = _single_threaded()
+    try:
+        for names, partitions in plan:
+            for pk in partitions:
+                result = dg.materialize(
+                    [*defs.assets, *defs.asset_checks],
+                    selection=jobs.keys(names),
+                    partition_key=pk,
+                    instance=instance_for(home),
+                    resources=defs.resources,
+                    raise_on_error=False,
+                )
+                assert result.success, [e.message for e in result.all_events if e.is_step_failure]
+    finally:
+        restore()
+
+
+def test_settings_choose_the_executor():
+    assert executor_for(SettingsResource()) is dg.in_process_executor
+    assert executor_for(SettingsResource(executor="multiprocess")) is dg.multiprocess_executor
+    assert executor_for(SettingsResource(executor="dask")).name == "dask"
+    with pytest.raises(ValueError):
+        SettingsResource(executor="threads")
+
+
+@pytest.mark.slow
+def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path, monkeypatch):
+    """Two model versions at once (two runs sharing the cluster), then the cleaning chain of one dataset."""
+    ref, home = tmp_path / "ref", tmp_path / "dask"
+    _inputs(ref, TINY)
+    _in_process(ref, [(jobs.CALIBRATION_KEYS, VERSIONS), (jobs.CLEANING_KEYS, [DATASET])])
+
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))  # the workers rebuild the jobs from this home
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
+        instance = instance_for(home)
+        results: dict[str, dg.ExecutionResult] = {}
+
+        def run(job_fn, pk: str) -> None:
+            recon = dg.reconstructable(job_fn)
+            with dg.execute_job(recon, instance, tags={"dagster/partition": pk}, raise_on_error=False) as res:
+                results[pk] = (res.success, [e.pid for e in res.all_events if e.is_step_success],
+                               [e.message for e in res.all_events if e.is_step_failure])
+
+        # two model versions at the same time, then the dataset
+        threads = [threading.Thread(target=run, args=(jobs.calibration_job, v)) for v in VERSIONS]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        run(jobs.cleaning_job, DATASET)
+    for pk, (ok, _, failures) in results.items():
+        assert ok, (pk, failures)
+    pids = {p for _, step_pids, _ in results.values() for p in step_pids}
+    assert os.getpid() not in pids and len(pids) == 2  # every step ran on one of the two worker processes
+    assert_same_tables(_tables(home), _tables(ref))
+
+
+def test_dask_cluster_small_calibration_run_matches_in_process(tmp_path, monkeypatch):
+    """Default-suite version: the raw and staging steps of one model version on a two-worker LocalCluster."""
+    ref, home = tmp_path / "ref", tmp_path / "dask"
+    _inputs(ref, TINY)
+    _in_process(ref, [(jobs.SMALL_KEYS, ["v1"])])
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
+        recon = dg.reconstructable(jobs.small_job)
+        with dg.execute_job(recon, instance_for(home), tags={"dagster/partition": "v1"}) as res:
+            assert res.success
+            pids = {e.pid for e in res.all_events if e.is_step_success}
+    assert pids and os.getpid() not in pids
+    assert_same_tables(_tables(home), _tables(ref))
