@@ -47,6 +47,7 @@ __all__ = [
     "ParquetWarehouseIOManager",
     "export_parquet",
     "parquet_warehouse_io_manager",
+    "partition_columns",
     "partition_file",
     "refresh_views",
     "write_partition",
@@ -179,6 +180,18 @@ def export_parquet(
             for name in written:
                 _create_view(con, root, *name.split("."), replace_tables=True)
     return written
+
+
+def partition_columns(defs: dg.Definitions) -> dict[str, str | None]:
+    """``"<stage>.<table>"`` -> the partition column (``partition_expr``) of each partitioned warehouse asset."""
+    graph = defs.resolve_asset_graph()
+    out: dict[str, str | None] = {}
+    for key in graph.materializable_asset_keys:
+        node = graph.get(key)
+        if len(key.path) >= 2 and node.partitions_def is not None:
+            column = (node.metadata or {}).get("partition_expr")
+            out[f"{key.path[-2]}.{key.path[-1]}"] = str(column) if column is not None else None
+    return out
 
 
 class ParquetWarehouseIOManager(WarehouseIOManager):

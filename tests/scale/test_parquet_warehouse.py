@@ -162,3 +162,19 @@ def test_export_writes_a_duckdb_home_as_the_same_layout(tmp_path):
     assert got.item() == "VIEW"
     assert _view(tmp_path, "select sum(item) s from calibration.scores").item() == 6
     assert json.loads(json.dumps(written)) == written
+
+
+def test_cli_export_uses_each_assets_partition_column(tmp_path, capsys):
+    from orchestration.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    with duckdb.connect(str(home / "warehouse.duckdb")) as con:
+        con.execute("create schema calibration")
+        rows = "('v1', 0.1::double), ('v2', 0.2::double), ('v1', 0.3::double)"
+        con.execute(f"create table calibration.nc_ece_report as select * from (values {rows}) t(model_version, value)")
+    assert main(["--home", str(home), "export", "parquet"]) == 0
+    folder = home / "warehouse" / "calibration" / "nc_ece_report"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([partition_file("v1"), partition_file("v2")])
+    assert pl.read_parquet(folder / partition_file("v1"))["value"].sort().to_list() == [0.1, 0.3]
+    assert "1 table(s) written" in capsys.readouterr().out
