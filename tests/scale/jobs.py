@@ -62,3 +62,14 @@ def cleaning_job() -> dg.JobDefinition:
 
 def small_job() -> dg.JobDefinition:
     return _job("scale_small", SMALL_KEYS)
+
+
+def execute(job_name: str, partition_key: str) -> tuple[bool, list[int], list[str]]:
+    """Run one job for one partition on the home's executor (in a process of its own); success, step pids, errors."""
+    from orchestration.runner import instance_for
+
+    recon = dg.reconstructable(globals()[job_name])
+    instance = instance_for(os.environ["NOISYCAL_HOME"])
+    with dg.execute_job(recon, instance, tags={"dagster/partition": partition_key}, raise_on_error=False) as res:
+        pids = [e.pid for e in res.all_events if e.is_step_success]
+        return res.success, pids, [str(e.message) for e in res.all_events if e.is_step_failure]

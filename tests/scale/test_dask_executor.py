@@ -5,9 +5,10 @@ columns, 1e-12 for floats: the steps run the same code on the same inputs, only 
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import multiprocessing
 import os
-import threading
 
 import dagster as dg
 import duckdb
@@ -136,22 +137,12 @@ def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        instance = instance_for(home)
-        results: dict[str, dg.ExecutionResult] = {}
-
-        def run(job_fn, pk: str) -> None:
-            recon = dg.reconstructable(job_fn)
-            with dg.execute_job(recon, instance, tags={"dagster/partition": pk}, raise_on_error=False) as res:
-                results[pk] = (res.success, [e.pid for e in res.all_events if e.is_step_success],
-                               [e.message for e in res.all_events if e.is_step_failure])
-
-        # two model versions at the same time, then the dataset
-        threads = [threading.Thread(target=run, args=(jobs.calibration_job, v)) for v in VERSIONS]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        run(jobs.cleaning_job, DATASET)
+        # two model versions at the same time (two runs, each in a process of its own), then the dataset
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(2, mp_context=spawn) as pool:
+            runs = {v: pool.submit(jobs.execute, "calibration_job", v) for v in VERSIONS}
+            results = {v: f.result(timeout=600) for v, f in runs.items()}
+        results[DATASET] = jobs.execute("cleaning_job", DATASET)
     for pk, (ok, _, failures) in results.items():
         assert ok, (pk, failures)
     pids = {p for _, step_pids, _ in results.values() for p in step_pids}
