@@ -10,10 +10,13 @@
 
 ``dagster-dask`` and ``distributed`` are the optional ``scale`` extra: imported only when ``dask`` is chosen.
 
-dagster-dask 0.29.27 hands the run record to ``Client.submit`` as a plain argument; dask's task spec
-(2024.12 and later) walks every tuple argument, and the run (a named tuple) holds a Dagster record that forbids
-iteration, so every run fails before its first step. :class:`_OpaqueRun` hides the run from that walk and
-unpickles as the run itself on the worker.
+Two fixes over dagster-dask 0.29.27, both in :class:`_OpaqueRun`, which the executor hands out in place of the
+run record: (1) the record goes to ``Client.submit`` as a plain argument, and dask's task spec (2024.12 and later)
+walks every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so
+every run failed before its first step; the wrapper is not a tuple and unpickles as the run itself on the
+worker. (2) Dask task keys are ``<job name>.<step key>``, so two runs of one job at once on a shared scheduler
+(two partitions) got the same keys, and Dask gave the second run the first run's results without running its
+steps; the wrapper's job name, used only for those keys, carries the run id.
 """
 
 from __future__ import annotations
@@ -52,6 +55,11 @@ class _OpaqueRun:
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._run, name)
+
+    @property
+    def job_name(self) -> str:
+        """Unique per run: the executor builds Dask task keys from it (module docstring)."""
+        return f"{self._run.job_name}-{self._run.run_id}"
 
     def __reduce__(self) -> tuple:
         return copy.copy, (self._run,)

@@ -143,11 +143,7 @@ def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        # two model versions at the same time (two runs, each in a process of its own), then the dataset
-        spawn = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(2, mp_context=spawn) as pool:
-            runs = {v: pool.submit(jobs.execute, "calibration_job", v) for v in VERSIONS}
-            results = {v: f.result(timeout=600) for v, f in runs.items()}
+        results = _concurrent_runs("calibration_job", VERSIONS)  # two model versions at the same time
         results[DATASET] = jobs.execute("cleaning_job", DATASET)
     for pk, (ok, _, failures) in results.items():
         assert ok, (pk, failures)
@@ -156,19 +152,26 @@ def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path
     assert_same_tables(_tables(home), _tables(ref))
 
 
-def test_dask_cluster_small_calibration_run_matches_in_process(tmp_path, monkeypatch):
-    """Default-suite version: the raw and staging steps of one model version on a two-worker LocalCluster."""
+def _concurrent_runs(job: str, versions: list[str]) -> dict[str, tuple[bool, list[int], list[str]]]:
+    """One run per version, all at once, each from a process of its own (like runs the daemon launches)."""
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(len(versions), mp_context=spawn) as pool:
+        runs = {v: pool.submit(jobs.execute, job, v) for v in versions}
+        return {v: f.result(timeout=600) for v, f in runs.items()}
+
+
+def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypatch):
+    """Default-suite version: the raw and staging steps of two model versions, two runs at once on one
+    two-worker LocalCluster (runs of one job must not share Dask task keys), equal to in-process runs."""
     ref, home = tmp_path / "ref", tmp_path / "dask"
     _inputs(ref, TINY)
-    _in_process(ref, [(jobs.SMALL_KEYS, ["v1"])])
+    _in_process(ref, [(jobs.SMALL_KEYS, VERSIONS)])
     monkeypatch.setenv("NOISYCAL_HOME", str(home))
     with distributed.LocalCluster(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        recon = dg.reconstructable(jobs.small_job)
-        with dg.execute_job(recon, instance_for(home), tags={"dagster/partition": "v1"}) as res:
-            assert res.success
-            pids = {e.pid for e in res.all_events if e.is_step_success}
-    assert pids and os.getpid() not in pids
+        results = _concurrent_runs("small_job", VERSIONS)
+    for pk, (ok, pids, failures) in results.items():
+        assert ok and pids and os.getpid() not in pids, (pk, failures)
     assert_same_tables(_tables(home), _tables(ref))
