@@ -8,8 +8,8 @@ Layout under ``root`` (a local path or an fsspec URL such as ``file:///srv/wh`` 
 - **atomic**: a file is written under a temporary name that does not end in ``.parquet`` and then renamed onto
   its final name (``os.replace`` locally: atomic on POSIX; an object store's single PUT is atomic too), so a
   writer killed mid-write leaves the previous version of its partition in place and no partial file visible;
-- **no writer lock**: writers of different partitions touch different files; only the first write of a table
-  opens ``warehouse.duckdb`` (for a moment) to create its view
+- **no writer lock**: writers of different partitions touch different files; a process opens
+  ``warehouse.duckdb`` (for a moment) only on its first write of a table, to create the table's view if missing
   ``CREATE VIEW <stage>.<table> AS SELECT * FROM read_parquet('<root>/<stage>/<table>/*.parquet',
   union_by_name = true)``; the glob sees later partitions without a refresh, so the UI, the SQL models,
   the reports and notebooks keep reading ``warehouse.duckdb`` with DuckDB;
@@ -54,6 +54,7 @@ __all__ = [
 ]
 
 UNPARTITIONED = "_all.parquet"
+_VIEWS_SEEN: set[tuple[str, str, str, str]] = set()  # (database, root, schema, table) known to have their view
 
 
 def partition_file(key: str | None) -> str:
@@ -200,6 +201,9 @@ class ParquetWarehouseIOManager(WarehouseIOManager):
     root: str
 
     def _ensure_view(self, schema: str, table: str) -> None:
+        known = (self.database, self.root, schema, table)
+        if known in _VIEWS_SEEN:  # this process already saw the view: no need to open the DuckDB file
+            return
         with self._connect() as con:
             kind = con.execute(
                 "SELECT table_type FROM information_schema.tables WHERE table_schema = ? AND table_name = ?",
@@ -207,6 +211,7 @@ class ParquetWarehouseIOManager(WarehouseIOManager):
             ).fetchone()
             if kind is None or kind[0] != "VIEW":
                 _create_view(con, self.root, schema, table, replace_tables=False)
+        _VIEWS_SEEN.add(known)
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
         if obj is None:
@@ -242,15 +247,13 @@ class ParquetWarehouseIOManager(WarehouseIOManager):
         metadata = (upstream.definition_metadata if upstream is not None else None) or {}
         declared = metadata.get(COLUMN_SCHEMA)
         column = metadata.get("partition_expr") if context.has_asset_partitions else None
-        if column is None:
-            return _read(fs, f"{folder}/{UNPARTITIONED}")
-        paths = [f"{folder}/{partition_file(k)}" for k in context.asset_partition_keys]
-        frames = [_read(fs, p) for p in paths if fs.exists(p)]
-        if frames:
-            return pl.concat(frames, how="vertical_relaxed")
-        if isinstance(declared, dg.TableSchema):
-            return pl.DataFrame(schema=polars_schema(declared))
-        return pl.DataFrame()
+        if column is None:  # an unpartitioned table, or every partition of a partitioned one
+            paths = sorted(fs.glob(f"{folder}/*.parquet"))
+        else:
+            paths = [p for k in context.asset_partition_keys if fs.exists(p := f"{folder}/{partition_file(k)}")]
+        if paths:
+            return pl.concat([_read(fs, p) for p in paths], how="vertical_relaxed")
+        return pl.DataFrame(schema=polars_schema(declared)) if isinstance(declared, dg.TableSchema) else pl.DataFrame()
 
 
 def parquet_warehouse_io_manager(database: Path, root: str | Path) -> ParquetWarehouseIOManager:

@@ -39,6 +39,12 @@ def scores_seen(scores: pl.DataFrame) -> pl.DataFrame:
     return scores.drop("model_version")
 
 
+@dg.asset(key=["calibration", "all_scores"], ins={"scores": dg.AssetIn(STAGE.key("scores"))})
+def all_scores(scores: pl.DataFrame) -> pl.DataFrame:
+    """Unpartitioned, downstream of every partition."""
+    return scores.sort("model_version", "item")
+
+
 def _frame(version: str, n: int, tag: int) -> pl.DataFrame:
     frame = pl.DataFrame({"item": pl.arange(0, n, eager=True), "tag": [tag] * n, "score": [tag + 0.5] * n})
     return frame.with_columns(model_version=pl.lit(version))
@@ -88,6 +94,9 @@ def test_round_trip_and_view(tmp_path):
     _write(manager, "v2", _frame("v2", 3, 2), assets=(scores, scores_seen))  # downstream reads v2's file
     seen = _view(tmp_path, "select * from calibration.scores_seen order by item")
     assert seen.equals(_view(tmp_path, "select * from calibration.scores where model_version = 'v2' order by item"))
+    assert dg.materialize([scores, all_scores], selection=[all_scores], resources={"io_manager": manager}).success
+    every = _view(tmp_path, "select model_version, count(*) from calibration.all_scores group by 1 order by 1")
+    assert every.rows() == [("v1", 4), ("v2", 3)]
 
 
 def test_two_processes_write_different_partitions_at_once(tmp_path):
