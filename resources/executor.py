@@ -28,7 +28,7 @@ import dagster as dg
 
 from resources.settings import SettingsResource
 
-__all__ = ["EXECUTORS", "executor_for"]
+__all__ = ["EXECUTORS", "dask_cluster_config", "executor_for"]
 
 EXECUTORS = ("in_process", "multiprocess", "dask")
 

@@ -20,7 +20,7 @@ from noisycal_platform.calibration.demo_data import write_demo_calibration_input
 from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 from noisycal_platform.demo import write_demo_cleaning_scores
 from orchestration.runner import instance_for
-from resources.executor import executor_for
+from resources.executor import dask_cluster_config, executor_for
 from resources.settings import SettingsResource
 from tests.scale import jobs
 
@@ -129,6 +129,10 @@ def test_settings_choose_the_executor():
     assert executor_for(SettingsResource(executor="dask")).name == "dask"
     with pytest.raises(ValueError):
         SettingsResource(executor="threads")
+    local = dask_cluster_config(SettingsResource(executor="dask", dask_workers=3))
+    assert local["local"]["n_workers"] == 3 and local["local"]["threads_per_worker"] == 1
+    existing = dask_cluster_config(SettingsResource(executor="dask", dask_scheduler="tcp://10.0.0.5:8786"))
+    assert existing == {"existing": {"address": "tcp://10.0.0.5:8786"}}
 
 
 @pytest.mark.slow
