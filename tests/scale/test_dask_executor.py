@@ -53,11 +53,14 @@ def _inputs(home, settings: dict) -> None:
 
 
 def _tables(home) -> dict[str, pl.DataFrame]:
+    """Every table and view of the home's warehouse; paths inside the home are written relative to it."""
     with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
         names = con.execute(
             "select table_schema, table_name from information_schema.tables order by 1, 2"
         ).fetchall()
-        return {f"{s}.{t}": con.execute(f'select * from "{s}"."{t}"').pl() for s, t in names}
+        frames = {f"{s}.{t}": con.execute(f'select * from "{s}"."{t}"').pl() for s, t in names}
+    text = pl.col(pl.String).str.replace_all(str(home), "<home>", literal=True)
+    return {name: frame.with_columns(text) for name, frame in frames.items()}
 
 
 #: Wall-clock stamps of when a run ingested or registered an input (``ingest.py``, ``assets/raw.py``): they
