@@ -4,6 +4,7 @@ The home is read from ``$NOISYCAL_HOME`` (the test sets it before the worker pro
 
 from __future__ import annotations
 
+import functools
 import os
 
 import dagster as dg
@@ -41,8 +42,14 @@ def keys(names: list[str]) -> list[dg.AssetKey]:
 
 
 def _job(name: str, names: list[str]) -> dg.JobDefinition:
-    defs = build_definitions(os.environ["NOISYCAL_HOME"])
-    job = dg.define_asset_job(name, selection=keys(names))
+    return _built(name, tuple(names), os.environ["NOISYCAL_HOME"])
+
+
+@functools.cache
+def _built(name: str, names: tuple[str, ...], home: str) -> dg.JobDefinition:
+    """Built once per process and home: a worker rebuilds the job for every step it runs."""
+    defs = build_definitions(home)
+    job = dg.define_asset_job(name, selection=keys(list(names)))
     return dg.Definitions(
         assets=defs.assets,
         asset_checks=defs.asset_checks,

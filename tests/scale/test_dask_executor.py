@@ -63,9 +63,10 @@ def _tables(home) -> dict[str, pl.DataFrame]:
     return {name: frame.with_columns(text) for name, frame in frames.items()}
 
 
-#: Wall-clock stamps of when a run ingested or registered an input (``ingest.py``, ``assets/raw.py``): they
-#: differ between any two runs, so they are compared by type only.
-WALL_CLOCK = {"ingested_at", "registered_at"}
+#: Wall-clock stamps and durations (when a run ingested or registered an input, ``ingest.py``, ``assets/raw.py``;
+#: how long the encoder trained, ``cleaning/pipeline.py``): they differ between any two runs, so they are
+#: compared by type only.
+WALL_CLOCK = {"ingested_at", "registered_at", "train_seconds"}
 
 
 def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
