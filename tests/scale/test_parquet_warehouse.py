@@ -151,6 +151,7 @@ def test_writer_killed_mid_write_leaves_the_previous_version_readable(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+    assert list(final.parent.glob("*.tmp-*"))  # the killed writer's partial file is there, under its temp name
     frame = pl.read_parquet(final)
     assert frame.height == n and frame["tag"].n_unique() == 1 and frame["item"].to_list()[-1] == n - 1
     with duckdb.connect() as con:  # the glob a view uses sees only complete files
