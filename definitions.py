@@ -14,6 +14,8 @@ from assets import automation, calibration, checks, cleaning, correctness, raw, 
 from assets.sql_models import build_sql_assets
 from noisycal_platform.paths import default_home
 from resources import build_resources
+from resources.executor import executor_for
+from resources.settings import load_settings
 
 STAGE_MODULES = [raw, calibration, cleaning, correctness, reports]
 
@@ -27,7 +29,7 @@ def build_definitions(home: str | Path | None = None) -> dg.Definitions:
         schedules=automation.SCHEDULES,
         jobs=automation.JOBS,
         resources=build_resources(home),
-        executor=dg.in_process_executor,
+        executor=executor_for(load_settings(home)),
     )
 
 

@@ -251,6 +251,24 @@ def _add_audit_parser(sub) -> None:
 # --- end of the correctness audit block --------------------------------------------------------------------
 
 
+def cmd_export(args) -> int:
+    """Write the home's DuckDB warehouse as the Parquet warehouse layout (resources/parquet_warehouse.py)."""
+    from definitions import build_definitions
+    from resources.parquet_warehouse import export_parquet, partition_columns
+
+    layout = HomeLayout.at(args.home)
+    if not layout.warehouse.exists():
+        raise FileNotFoundError(f"{layout.warehouse} does not exist: nothing to export")
+    root = args.root or str(layout.home / "warehouse")
+    written = export_parquet(layout.warehouse, root, partition_columns(build_definitions(layout.home)), args.switch)
+    for table, n in sorted(written.items()):
+        print(f"{table}\t{n} file(s)")
+    print(f"{len(written)} table(s) written under {root}")
+    if args.switch:
+        print('tables replaced by views; set "warehouse": "parquet" and this "warehouse_root" in settings.json')
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noisycal", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -298,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
     sub.add_parser("status", help="where things are and what is pending").set_defaults(func=cmd_status)
     _add_audit_parser(sub)
+    p = sub.add_parser("export", help="write the DuckDB warehouse as one Parquet file per asset partition")
+    p.add_argument("format", choices=["parquet"])
+    p.add_argument("--root", default=None, help="local path or fsspec URL (default $NOISYCAL_HOME/warehouse)")
+    p.add_argument("--switch", action="store_true", help="then replace the DuckDB tables by views over the files")
+    p.set_defaults(func=cmd_export)
     return parser
 
 

@@ -8,23 +8,32 @@ from noisycal_platform.paths import HomeLayout
 from resources.compute import ComputeResource
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
-from resources.settings import load_settings
+from resources.settings import SettingsResource, load_settings
 from resources.warehouse import warehouse_io_manager, warehouse_resource
 
 __all__ = ["build_resources"]
 
 
+def _io_manager(layout: HomeLayout, settings: SettingsResource) -> object:
+    """The DuckDB warehouse (default) or, with ``"warehouse": "parquet"``, Parquet files plus DuckDB views."""
+    if settings.warehouse == "parquet":
+        from resources.parquet_warehouse import parquet_warehouse_io_manager
+
+        return parquet_warehouse_io_manager(layout.warehouse, settings.warehouse_root or layout.home / "warehouse")
+    return warehouse_io_manager(layout.warehouse)
+
+
 def build_resources(home: str | Path) -> dict[str, object]:
     """Every resource the assets use, rooted at one ``$NOISYCAL_HOME`` (created if missing)."""
     layout = HomeLayout.at(home).ensure()
+    settings = load_settings(layout.home)
     resources: dict[str, object] = {
-        "io_manager": warehouse_io_manager(layout.warehouse),
+        "io_manager": _io_manager(layout, settings),
         "warehouse": warehouse_resource(layout.warehouse),
         "inbox": InboxResource(home=str(layout.home)),
         "model_registry": ModelRegistryResource(home=str(layout.home)),
         "compute": ComputeResource(),
     }
-    settings = load_settings(layout.home)
     resources["settings"] = settings
     from resources.judge import LocalEndpointJudge, NoJudge
 

@@ -11,6 +11,7 @@ Example::
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -54,6 +55,12 @@ class SettingsResource(dg.ConfigurableResource):
     seed: int = 0
     # drop folders: a batch is ingested once unchanged this long (0 = writers rename complete files in)
     inbox_settle_seconds: float = Field(default=30.0, ge=0.0, le=60.0)
+    # scale-out (resources/executor.py, resources/parquet_warehouse.py); the defaults are the embedded set-up
+    executor: Literal["in_process", "multiprocess", "dask"] = "in_process"
+    dask_scheduler: str = ""  # "tcp://host:port" of an existing scheduler; "" = a LocalCluster on this host
+    dask_workers: int = Field(default=2, ge=1)  # worker processes of that LocalCluster
+    warehouse: Literal["duckdb", "parquet"] = "duckdb"
+    warehouse_root: str = ""  # parquet root: a local path or an fsspec URL; "" = $NOISYCAL_HOME/warehouse
 
 
 def load_settings(home: Path) -> SettingsResource:

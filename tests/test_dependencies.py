@@ -36,7 +36,8 @@ def _name(requirement: str) -> str:
 def _declared() -> tuple[set[str], set[str]]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     runtime = {_name(r) for r in project["dependencies"]}
-    optional = {_name(r) for r in project["optional-dependencies"].get("llm", [])}
+    extras = project["optional-dependencies"]
+    optional = {_name(r) for extra in ("llm", "scale") for r in extras.get(extra, [])}
     return runtime, optional
 
 

@@ -1,0 +1,82 @@
+"""Reconstructable jobs for the executor tests: a Dask worker rebuilds them by importing this module.
+
+The home is read from ``$NOISYCAL_HOME`` (the test sets it before the worker processes start)."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import dagster as dg
+
+from definitions import build_definitions
+
+CALIBRATION_KEYS = [
+    "raw/annotations",
+    "raw/predictions",
+    "raw/reference_labels",
+    "staging/stg_annotations",
+    "staging/stg_annotator_index",
+    "staging/stg_scored_items",
+    "staging/stg_model_versions",
+    "calibration/channel_estimates",
+    "calibration/nc_ece_report",
+    "calibration/recalibrators",
+    "calibration/recalibration_report",
+    "calibration/nc_ece_by_bin",
+]
+SMALL_KEYS = ["raw/annotations", "raw/predictions", "staging/stg_annotations", "staging/stg_scored_items"]
+CLEANING_KEYS = [
+    "raw/images",
+    "cleaning/ssl_encoder",
+    "cleaning/embeddings",
+    "cleaning/rank_irrelevant",
+    "cleaning/rank_near_duplicates",
+    "cleaning/rank_label_errors",
+    "cleaning/confirmation_queue",
+]
+
+
+def keys(names: list[str]) -> list[dg.AssetKey]:
+    return [dg.AssetKey(n.split("/")) for n in names]
+
+
+def _job(name: str, names: list[str]) -> dg.JobDefinition:
+    return _built(name, tuple(names), os.environ["NOISYCAL_HOME"])
+
+
+@functools.cache
+def _built(name: str, names: tuple[str, ...], home: str) -> dg.JobDefinition:
+    """Built once per process and home: a worker rebuilds the job for every step it runs."""
+    defs = build_definitions(home)
+    job = dg.define_asset_job(name, selection=keys(list(names)))
+    return dg.Definitions(
+        assets=defs.assets,
+        asset_checks=defs.asset_checks,
+        resources=defs.resources,
+        executor=defs.executor,
+        jobs=[job],
+    ).resolve_job_def(name)
+
+
+def calibration_job() -> dg.JobDefinition:
+    return _job("scale_calibration", CALIBRATION_KEYS)
+
+
+def cleaning_job() -> dg.JobDefinition:
+    return _job("scale_cleaning", CLEANING_KEYS)
+
+
+def small_job() -> dg.JobDefinition:
+    return _job("scale_small", SMALL_KEYS)
+
+
+def execute(job_name: str, partition_key: str) -> tuple[bool, list[int], list[str]]:
+    """Run one job for one partition on the home's executor (in a process of its own); success, step pids, errors."""
+    from orchestration.runner import instance_for
+
+    recon = dg.reconstructable(globals()[job_name])
+    instance = instance_for(os.environ["NOISYCAL_HOME"])
+    with dg.execute_job(recon, instance, tags={"dagster/partition": partition_key}, raise_on_error=False) as res:
+        pids = [e.pid for e in res.all_events if e.is_step_success]
+        return res.success, pids, [str(e.message) for e in res.all_events if e.is_step_failure]

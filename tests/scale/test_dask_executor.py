@@ -1,0 +1,185 @@
+"""The dask executor (settings ``"executor": "dask"``) on a ``distributed.LocalCluster`` of two worker processes
+started here: calibration for two model versions and cleaning for one dataset run as Dask tasks, and every
+warehouse table equals the one an in-process run of the same inputs writes (exactly for integer and text
+columns, 1e-12 for floats: the steps run the same code on the same inputs, only in other processes)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+
+import dagster as dg
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs, write_demo_model_version
+from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
+from noisycal_platform.demo import write_demo_cleaning_scores
+from orchestration.runner import instance_for
+from resources.executor import dask_cluster_config, executor_for
+from resources.settings import SettingsResource
+from tests.scale import jobs
+
+distributed = pytest.importorskip("distributed")
+
+DATASET = "digits_tiny"
+VERSIONS = ["v1", "v2"]
+TINY = {
+    "encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64},
+    "near_duplicate_top_k": 100,
+    "queue_max_per_type": 40,
+    "n_bootstrap": 50,
+    "n_bootstrap_cleaning": 50,
+}
+
+
+def _inputs(home, settings: dict) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "settings.json").write_text(json.dumps(settings))
+    write_demo_calibration_inputs(home, seed=0)
+    write_demo_model_version(home, "v2", seed=0)
+    write_demo_cleaning_dataset(
+        home, name=DATASET, seed=0, n_digits=120, n_irrelevant=4, n_duplicate_pairs=4, n_duplicate_triples=1,
+        n_flipped=4,
+    )
+    write_demo_cleaning_scores(home, DATASET, "v1", seed=0)
+    instance = instance_for(home)
+    instance.add_dynamic_partitions("model_versions", VERSIONS)
+    instance.add_dynamic_partitions("datasets", [DATASET])
+
+
+def _tables(home) -> dict[str, pl.DataFrame]:
+    """Every table and view of the home's warehouse; paths inside the home are written relative to it."""
+    with duckdb.connect(str(home / "warehouse.duckdb"), read_only=True) as con:
+        names = con.execute(
+            "select table_schema, table_name from information_schema.tables order by 1, 2"
+        ).fetchall()
+        frames = {f"{s}.{t}": con.execute(f'select * from "{s}"."{t}"').pl() for s, t in names}
+    text = pl.col(pl.String).str.replace_all(str(home), "<home>", literal=True)
+    return {name: frame.with_columns(text) for name, frame in frames.items()}
+
+
+#: Wall-clock stamps and durations (when a run ingested or registered an input, ``ingest.py``, ``assets/raw.py``;
+#: how long the encoder trained, ``cleaning/pipeline.py``): they differ between any two runs, so they are
+#: compared by type only.
+WALL_CLOCK = {"ingested_at", "registered_at", "train_seconds", "images_per_second"}
+
+
+def _canonical(frame: pl.DataFrame) -> pl.DataFrame:
+    """Rows in one order: by every non-float column, then by the floats (tables have no row order)."""
+    frame = frame.drop([c for c in WALL_CLOCK if c in frame.columns])
+    floats = [c for c, t in frame.schema.items() if t.is_float()]
+    others = [c for c in frame.columns if c not in floats and not isinstance(frame.schema[c], pl.List)]
+    return frame.sort([*others, *floats], nulls_last=True) if frame.height else frame
+
+
+def assert_same_tables(got: dict[str, pl.DataFrame], want: dict[str, pl.DataFrame]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, frame in want.items():
+        assert got[name].schema == frame.schema, name
+        a, b = _canonical(got[name]), _canonical(frame)
+        assert a.height == b.height, name
+        for col in b.columns:
+            x, y = a[col], b[col]
+            if isinstance(y.dtype, pl.List):
+                x, y = x.explode(), y.explode()
+            if y.dtype.is_float():
+                np.testing.assert_allclose(
+                    x.to_numpy(), y.to_numpy(), rtol=1e-12, atol=1e-12, equal_nan=True, err_msg=f"{name}.{col}"
+                )
+            else:
+                assert x.to_list() == y.to_list(), f"{name}.{col}"
+
+
+def _single_threaded():
+    """The in-process reference with one BLAS / torch thread, like the single-threaded Dask workers."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    limits = threadpool_limits(1)
+    return lambda: (limits.unregister(), torch.set_num_threads(before))
+
+
+def _in_process(home, plan: list[tuple[list[str], list[str]]]) -> None:
+    from definitions import build_definitions
+
+    defs = build_definitions(home)
+    restore = _single_threaded()
+    try:
+        for names, partitions in plan:
+            for pk in partitions:
+                result = dg.materialize(
+                    [*defs.assets, *defs.asset_checks],
+                    selection=jobs.keys(names),
+                    partition_key=pk,
+                    instance=instance_for(home),
+                    resources=defs.resources,
+                    raise_on_error=False,
+                )
+                assert result.success, [e.message for e in result.all_events if e.is_step_failure]
+    finally:
+        restore()
+
+
+def test_settings_choose_the_executor():
+    assert executor_for(SettingsResource()) is dg.in_process_executor
+    assert executor_for(SettingsResource(executor="multiprocess")) is dg.multiprocess_executor
+    assert executor_for(SettingsResource(executor="dask")).name == "dask"
+    with pytest.raises(ValueError):
+        SettingsResource(executor="threads")
+    local = dask_cluster_config(SettingsResource(executor="dask", dask_workers=3))
+    assert local["local"]["n_workers"] == 3 and local["local"]["threads_per_worker"] == 1
+    existing = dask_cluster_config(SettingsResource(executor="dask", dask_scheduler="tcp://10.0.0.5:8786"))
+    assert existing == {"existing": {"address": "tcp://10.0.0.5:8786"}}
+
+
+@pytest.mark.slow
+def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path, monkeypatch):
+    """Two model versions at once (two runs sharing the cluster), then the cleaning chain of one dataset."""
+    ref, home = tmp_path / "ref", tmp_path / "dask"
+    _inputs(ref, TINY)
+    _in_process(ref, [(jobs.CALIBRATION_KEYS, VERSIONS), (jobs.CLEANING_KEYS, [DATASET])])
+
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))  # the workers rebuild the jobs from this home
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
+        results = _concurrent_runs("calibration_job", VERSIONS)  # two model versions at the same time
+        results[DATASET] = jobs.execute("cleaning_job", DATASET)
+    for pk, (ok, _, failures) in results.items():
+        assert ok, (pk, failures)
+    pids = {p for _, step_pids, _ in results.values() for p in step_pids}
+    assert os.getpid() not in pids and len(pids) == 2  # every step ran on one of the two worker processes
+    assert_same_tables(_tables(home), _tables(ref))
+
+
+def _concurrent_runs(job: str, versions: list[str]) -> dict[str, tuple[bool, list[int], list[str]]]:
+    """One run per version, all at once, each from a process of its own (like runs the daemon launches)."""
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(len(versions), mp_context=spawn) as pool:
+        runs = {v: pool.submit(jobs.execute, job, v) for v in versions}
+        return {v: f.result(timeout=600) for v, f in runs.items()}
+
+
+def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypatch):
+    """Default-suite version: the raw and staging steps of two model versions, two runs at once on one
+    two-worker LocalCluster (runs of one job must not share Dask task keys), equal to in-process runs."""
+    ref, home = tmp_path / "ref", tmp_path / "dask"
+    _inputs(ref, TINY)
+    _in_process(ref, [(jobs.SMALL_KEYS, VERSIONS)])
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
+        results = _concurrent_runs("small_job", VERSIONS)
+    for pk, (ok, pids, failures) in results.items():
+        assert ok and pids and os.getpid() not in pids, (pk, failures)
+    assert_same_tables(_tables(home), _tables(ref))
