@@ -9,7 +9,15 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER, MODEL_VERSION_COLUMN, MODEL_VERSIONS
+from assets.policy import (
+    DATASET_COLUMN,
+    DATASETS,
+    DUCKDB_POOL,
+    EAGER,
+    MODEL_VERSION_COLUMN,
+    MODEL_VERSIONS,
+    TRANSIENT_RETRY,
+)
 from noisycal_platform.correctness import pipeline as correctness_pipeline
 from noisycal_platform.io import InputError, read_predictions, read_reference_labels
 from resources.inbox import InboxResource
@@ -24,7 +32,9 @@ GENERATIONS = dg.AssetKey([STAGE, "generations"])
 AUDIT_LABELS = dg.AssetKey([STAGE, "audit_labels"])
 
 
-_COMMON = dict(key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"})
+_COMMON = dict(
+    key_prefix=STAGE, group_name=STAGE, pool=DUCKDB_POOL, kinds={"polars", "duckdb"}, retry_policy=TRANSIENT_RETRY
+)
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:

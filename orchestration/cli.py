@@ -4,11 +4,12 @@
     noisycal tick                           evaluate sensors + automation once and run what they request
     noisycal materialize                    materialise every asset for every known partition
     noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
+    noisycal serve [--port 3000]            the service: dagster-webserver + dagster-daemon, stopped by SIGTERM
     noisycal validate KIND FILE             check one input file against its contract
     noisycal datasets add NAME PATH | list  register an image dataset by path (no copy)
     noisycal annotators add NAME --role R | revoke NAME | list
     noisycal serve-confirmations            the local confirmation web tool
-    noisycal status                         where things are, what is pending
+    noisycal status                         where things are, what is pending, failed, recovered
 
 Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``).
 """
@@ -28,10 +29,16 @@ def _quiet_dagster() -> None:
     logging.getLogger("dagster").setLevel(logging.WARNING)
 
 
+def _print_recovered(report) -> None:
+    for entry in report.recovered:
+        print(f"  recovered: run {entry['run_id']} {entry['action']}")
+
+
 def _print_runs(report) -> int:
+    _print_recovered(report)
     failed = 0
     for run in report.runs:
-        mark = "ok " if run["success"] else "FAIL"
+        mark = "skip" if run.get("skipped") else ("ok " if run["success"] else "FAIL")
         part = f" [{run['partition']}]" if run["partition"] else ""
         print(f"  {mark} {run['reason']}: {', '.join(run['assets'])}{part}")
         for err in run.get("errors", []):
@@ -68,7 +75,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_ui(args) -> int:
-    from orchestration.runner import dagster_home
+    from orchestration.instance import dagster_home
 
     env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
     defs_file = Path(__file__).resolve().parent.parent / "definitions.py"
@@ -141,6 +148,12 @@ def cmd_annotators(args) -> int:
     return 0
 
 
+def cmd_service(args) -> int:
+    from orchestration.service import serve
+
+    return serve(args.home, host="127.0.0.1", port=args.port)
+
+
 def cmd_serve(args) -> int:
     from noisycal_platform import confirm_app
 
@@ -160,6 +173,20 @@ def cmd_status(args) -> int:
     print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
     quarantined = sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
     print(f"quarantined batches: {len(quarantined)}")
+    if (layout.home / "dagster" / "dagster.yaml").is_file():
+        _quiet_dagster()
+        from orchestration.instance import instance_for, latest_failures, recent_recoveries
+
+        failures = latest_failures(instance_for(layout.home))
+        print(f"failed (latest run): {len(failures)}")
+        for f in failures:
+            part = f" [{f['partition']}]" if f["partition"] else ""
+            print(f"  {f['asset']}{part}: {f['reason']} (run {f['run_id'][:8]})")
+        recovered = recent_recoveries(layout.home)
+        if recovered:
+            print("recovered after a crash (latest):")
+            for r in recovered:
+                print(f"  {r['at']} run {r['run_id'][:8]}: {r['action']}")
     return 0
 
 
@@ -184,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)
+    p = sub.add_parser("serve", help="the service: Dagster webserver + daemon for this home (SIGTERM stops both)")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(func=cmd_service)
     p = sub.add_parser("validate", help="check one input file against its contract")
     p.add_argument("kind", choices=["annotations", "predictions", "references"])
     p.add_argument("file", type=Path)
@@ -222,8 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "annotators" and args.action in ("add", "revoke") and not args.name:
         print(f"usage: noisycal annotators {args.action} NAME", file=sys.stderr)
         return 2
+    from orchestration.errors import HomeBusy
+
     try:
         return int(args.func(args) or 0)
+    except HomeBusy as exc:
+        print(f"noisycal {args.command}: {exc}", file=sys.stderr)
+        return 3
     except (ValueError, FileNotFoundError, PermissionError) as exc:  # user errors: a message, not a traceback
         print(f"noisycal {args.command}: {exc}", file=sys.stderr)
         return 2
