@@ -175,15 +175,18 @@ def recover(home: str | Path, instance: dg.DagsterInstance | None = None) -> lis
             recovered.append({"at": now, "run_id": run.run_id, "action": "marked failed", "pid": run.tags[PID_TAG]})
     storage = instance.event_log_storage
     if storage.supports_global_concurrency_limits:
-        run_ids = list(storage.get_concurrency_run_ids())
+        held: dict[str, int] = {}
+        for pool in storage.get_concurrency_keys():
+            for slot in storage.get_concurrency_info(pool).claimed_slots:
+                held[slot.run_id] = held.get(slot.run_id, 0) + 1
+        run_ids = sorted(set(held) | set(storage.get_concurrency_run_ids()))
         if run_ids:
             finished = instance.get_run_records(filters=RunsFilter(run_ids=run_ids, statuses=FINISHED_STATUSES))
             for record in finished:
-                freed = storage.free_concurrency_slots_for_run(record.dagster_run.run_id)
-                if freed:
-                    recovered.append(
-                        {"at": now, "run_id": record.dagster_run.run_id, "action": f"freed {freed} pool slot(s)"}
-                    )
+                run_id = record.dagster_run.run_id
+                storage.free_concurrency_slots_for_run(run_id)  # frees its claimed slots and pending claims
+                action = f"freed {held[run_id]} pool slot(s)" if held.get(run_id) else "dropped pending pool claims"
+                recovered.append({"at": now, "run_id": run_id, "action": action})
     if recovered:
         with _recovery_log(home).open("a", encoding="utf-8") as fh:
             for entry in recovered:
@@ -277,7 +280,7 @@ def _root_message(error) -> str:
     return lines[0] if lines else (error.cls_name or "error")
 
 
-def latest_failures(instance: dg.DagsterInstance, limit: int = 500) -> list[dict]:
+def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict]:
     """(asset, partition) whose latest run failed, with the reason; a later successful run clears it."""
     from dagster._core.events import DagsterEventType
 
@@ -285,9 +288,16 @@ def latest_failures(instance: dg.DagsterInstance, limit: int = 500) -> list[dict
     failures: list[dict] = []
     for record in instance.get_run_records(limit=limit):  # newest first
         run = record.dagster_run
-        if run.status not in FINISHED_STATUSES or not run.asset_selection:
+        if run.status not in FINISHED_STATUSES:
             continue
         partition = run.tags.get("dagster/partition")
+        selected = sorted(k.to_user_string() for k in run.asset_selection or ()) or sorted(
+            {
+                e.dagster_event.asset_key.to_user_string()
+                for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+                if e.dagster_event.asset_key is not None
+            }
+        )
         reasons: dict[str, str] = {}
         if run.status == dg.DagsterRunStatus.FAILURE:
             for event in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
@@ -296,8 +306,8 @@ def latest_failures(instance: dg.DagsterInstance, limit: int = 500) -> list[dict
             if not reasons:
                 run_failures = instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)
                 message = run_failures[-1].dagster_event.message if run_failures else "run failed"
-                reasons = {k.to_user_string(): message or "run failed" for k in run.asset_selection}
-        for key in sorted(k.to_user_string() for k in run.asset_selection):
+                reasons = {k: message or "run failed" for k in selected or [run.job_name]}
+        for key in selected or sorted(reasons):
             if (key, partition) in settled:
                 continue
             settled.add((key, partition))
