@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER
+from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.protocol import stopping_count
@@ -107,7 +108,7 @@ def ssl_encoder(
         compute.apply_threads()
         pixels = load_images(images.sort("idx")["path"].to_list(), config.image_size)
         start = time.perf_counter()
-        encoder = train_encoder(pixels, config)
+        encoder = train_encoder(pixels, config, progress=epoch_progress(context, "ssl_encoder"))
         seconds = time.perf_counter() - start
         sha, path = save_encoder(encoder, layout.artifacts)
         entry = {
@@ -177,7 +178,7 @@ def embeddings(
 
     def dino() -> np.ndarray:
         encoder = load_encoder(enc["artifact"], expected_sha256=enc["sha256"], device=compute.torch_device())
-        return embed(encoder, pixels_once())
+        return timed(context, "embeddings (dino)", ordered.height, lambda: embed(encoder, pixels_once()))
 
     dataset_hash = str(ordered["dataset_hash"][0])
     emb, hit = cached_embeddings(cache, dataset_hash, f"dino-{enc['sha256'][:32]}", dino, n_rows=ordered.height)

@@ -24,6 +24,32 @@ from pathlib import Path
 from noisycal_platform.paths import HOME_ENV, HomeLayout, default_home
 
 
+def _progress_bar(event: dict) -> None:
+    """Draw a long step's progress (assets/progress.py events) on stderr: a bar on a terminal, lines otherwise."""
+    from assets.progress import format_event
+
+    total = max(int(event["total"]), 1)
+    width = 24
+    filled = min(width, int(width * int(event["done"]) / total))
+    text = f"[{'#' * filled}{'-' * (width - filled)}] {format_event(event).removeprefix('progress ')}"
+    if sys.stderr.isatty():
+        end = "\n" if event["done"] >= event["total"] else ""
+        print(f"\r{text[:150]:<150}", end=end, file=sys.stderr, flush=True)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _with_progress(fn):
+    """Run ``fn`` with the CLI progress bar attached to the in-process runs."""
+    from assets.progress import add_sink, remove_sink
+
+    add_sink(_progress_bar)
+    try:
+        return fn()
+    finally:
+        remove_sink(_progress_bar)
+
+
 def _quiet_dagster() -> None:
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     logging.getLogger("dagster").setLevel(logging.WARNING)
@@ -51,7 +77,7 @@ def cmd_tick(args) -> int:
     _quiet_dagster()
     from orchestration.runner import tick
 
-    report = tick(args.home)
+    report = _with_progress(lambda: tick(args.home))
     print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
     for name, keys in report.partitions_added.items():
         print(f"  new {name} partition(s): {', '.join(keys)}")
@@ -62,7 +88,7 @@ def cmd_materialize(args) -> int:
     _quiet_dagster()
     from orchestration.runner import materialize_everything
 
-    report = materialize_everything(args.home)
+    report = _with_progress(lambda: materialize_everything(args.home))
     print(f"materialize: {report.n_runs} run(s)")
     return 1 if _print_runs(report) else 0
 
@@ -71,7 +97,7 @@ def cmd_demo(args) -> int:
     _quiet_dagster()
     from orchestration.demo import run_demo
 
-    return run_demo(args.home, fresh=args.fresh, seed=args.seed)
+    return _with_progress(lambda: run_demo(args.home, fresh=args.fresh, seed=args.seed))
 
 
 def cmd_ui(args) -> int:
