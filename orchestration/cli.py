@@ -134,7 +134,17 @@ def cmd_validate(args) -> int:
     except io.InputError as exc:
         print(f"INVALID {exc}", file=sys.stderr)
         return 2
-    print(f"OK {args.file}: {frame.height} rows, columns {frame.columns}")
+    from noisycal_platform import contracts
+
+    contract = contracts.CONTRACTS[{"references": "reference_labels"}.get(args.kind, args.kind)]
+    outcome = contracts.validate_frame(frame, contract)
+    if not outcome["success"]:
+        print(f"INVALID {args.file}: Great Expectations contract failed: {outcome['failed']}", file=sys.stderr)
+        return 2
+    print(
+        f"OK {args.file}: {frame.height} rows, columns {frame.columns}; "
+        f"contract (Great Expectations): {outcome['evaluated']} expectations passed"
+    )
     return 0
 
 
