@@ -16,7 +16,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER
+from assets.policy import COMPUTE_POOL, DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER_PARTITIONED
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
@@ -46,7 +46,7 @@ _COMMON = dict(
     kinds={"polars", "duckdb"},
     partitions_def=DATASETS,
     metadata={"partition_expr": DATASET_COLUMN},
-    automation_condition=EAGER,
+    automation_condition=EAGER_PARTITIONED,
 )
 EMBEDDING_KINDS = ("dino", "baseline")
 
@@ -78,7 +78,7 @@ def _answers_for(confirmations: pl.DataFrame, dataset: str) -> pl.DataFrame:
 
 # ------------------------------------------------------------------------------------------- embeddings
 @dg.asset(
-    **_COMMON,
+    **{**_COMMON, "pool": COMPUTE_POOL},
     ins={"images": dg.AssetIn(IMAGES)},
     description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
     "weights in artifacts/<sha256>.pt (loaded with weights_only=True), reused while the "
@@ -508,7 +508,7 @@ def stopping_sensitivity(
         name: dg.AssetOut(
             key_prefix=STAGE,
             metadata={"partition_expr": DATASET_COLUMN},
-            automation_condition=EAGER,
+            automation_condition=EAGER_PARTITIONED,
             kinds={"polars", "duckdb"},
         )
         for name in ("expert_lay_differences", "expert_lay_tests")
