@@ -10,6 +10,8 @@
   predictions file replaced in place (new content hash) reruns its partition.
 - ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
 - ``generations_sensor``: new or changed files under ``correctness/`` -> generations and audit labels reload.
+- ``snapshot_sensor``: after each successful run, the read-only warehouse copy that notebooks and
+  ``noisycal query`` read is refreshed (``orchestration.snapshot``).
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
@@ -37,6 +39,7 @@ __all__ = [
     "quality_monitor",
     "quality_monitor_job",
     "reference_sensor",
+    "snapshot_sensor",
 ]
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
@@ -188,6 +191,17 @@ def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) ->
     )
 
 
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.SUCCESS, default_status=RUNNING, minimum_interval_seconds=30, name="snapshot_sensor"
+)
+def snapshot_sensor(context: dg.RunStatusSensorContext, inbox: InboxResource):
+    """Refresh the read-only warehouse snapshot after a successful run (readers never hold the warehouse)."""
+    from orchestration.snapshot import refresh_snapshot
+
+    path = refresh_snapshot(inbox.layout.home)
+    return dg.SkipReason(f"snapshot refreshed: {path}" if path else "no warehouse yet")
+
+
 quality_monitor = dg.ScheduleDefinition(
     name="quality_monitor",
     job=quality_monitor_job,
@@ -209,6 +223,7 @@ SENSORS = [
     dataset_sensor,
     generations_sensor,
     automation_sensor,
+    snapshot_sensor,
 ]
 SCHEDULES = [quality_monitor]
 JOBS = [quality_monitor_job]

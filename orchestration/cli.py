@@ -10,6 +10,7 @@
     noisycal annotators add NAME --role R | revoke NAME | list
     noisycal serve-confirmations            the local confirmation web tool
     noisycal status                         where things are, what is pending, failed, recovered
+    noisycal query "SQL"                    run SQL on the read-only warehouse snapshot
 
 Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``).
 """
@@ -121,6 +122,26 @@ def cmd_ui(args) -> int:
     return 0  # not reached
 
 
+def cmd_query(args) -> int:
+    import duckdb
+    import polars as pl
+
+    from orchestration.snapshot import query, snapshot_path
+
+    try:
+        frame = query(args.home, args.sql)
+    except duckdb.Error as exc:
+        print(f"noisycal query: {exc}", file=sys.stderr)
+        return 2
+    if args.csv:
+        sys.stdout.write(frame.write_csv())
+    else:
+        with pl.Config(tbl_rows=args.limit, tbl_cols=-1, fmt_str_lengths=60):
+            print(frame)
+    print(f"({frame.height} row(s) from {snapshot_path(args.home)})", file=sys.stderr)
+    return 0
+
+
 def cmd_validate(args) -> int:
     from noisycal_platform import io
 
@@ -204,6 +225,10 @@ def cmd_status(args) -> int:
     print(f"home:       {layout.home}")
     print(f"warehouse:  {layout.warehouse} ({'present' if layout.warehouse.exists() else 'not built yet'})")
     print(f"reports:    {layout.reports}")
+    from orchestration.snapshot import snapshot_path
+
+    snap = snapshot_path(layout.home)
+    print(f"snapshot:   {snap} ({'present' if snap.is_file() else 'written after the first run'}; noisycal query)")
     print(f"models:     {', '.join(layout.model_versions()) or 'none'}")
     print(f"datasets:   {', '.join(layout.registered_datasets()) or 'none'}")
     print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
@@ -250,6 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="the service: Dagster webserver + daemon for this home (SIGTERM stops both)")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_service)
+    p = sub.add_parser("query", help="SQL on the read-only warehouse snapshot (never blocks the pipeline)")
+    p.add_argument("sql")
+    p.add_argument("--csv", action="store_true", help="write CSV to stdout")
+    p.add_argument("--limit", type=int, default=50, help="rows to print (table output)")
+    p.set_defaults(func=cmd_query)
     p = sub.add_parser("validate", help="check one input file against its contract")
     p.add_argument("kind", choices=["annotations", "predictions", "references"])
     p.add_argument("file", type=Path)

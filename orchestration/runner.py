@@ -26,6 +26,7 @@ from orchestration.instance import (
 
 __all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
 
+
 @dataclass
 class TickReport:
     runs: list[dict] = field(default_factory=list)
@@ -35,6 +36,7 @@ class TickReport:
     #: (asset key, partition key or None) that failed or were not run in this tick
     failed: set = field(default_factory=set)
     home: str = ""
+    snapshot: str | None = None
 
     @property
     def n_runs(self) -> int:
@@ -133,8 +135,8 @@ def _root_cause(error) -> str:
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
     executed = 0
     for sensor in defs.sensors or []:
-        if isinstance(sensor, dg.AutomationConditionSensorDefinition):
-            continue
+        if isinstance(sensor, (dg.AutomationConditionSensorDefinition, dg.RunStatusSensorDefinition)):
+            continue  # the automation conditions are evaluated below; run-status sensors are the daemon's
         ctx = dg.build_sensor_context(
             instance=instance,
             cursor=state["sensor_cursors"].get(sensor.name),
@@ -237,7 +239,31 @@ def tick(
                     break
         finally:
             atomic_write_text(_state_path(home), json.dumps(state, indent=1))
+        _refresh_snapshot(report)
     return report
+
+
+def _refresh_snapshot(report: TickReport) -> None:
+    """Refresh the read-only warehouse copy after a tick/materialize that ran something (orchestration.snapshot)."""
+    if not any(r["success"] and not r.get("skipped") for r in report.runs):
+        return
+    from orchestration.snapshot import refresh_snapshot
+
+    try:
+        path = refresh_snapshot(report.home)
+    except Exception as exc:  # a busy warehouse: the next run refreshes it
+        report.runs.append(
+            {
+                "reason": "snapshot",
+                "assets": [],
+                "partition": None,
+                "success": False,
+                "run_id": None,
+                "errors": [f"warehouse snapshot not refreshed: {exc}"],
+            }
+        )
+        return
+    report.snapshot = str(path) if path else None
 
 
 def materialize_everything(
@@ -264,4 +290,5 @@ def materialize_everything(
                 groups[(levels[key], pdef.name, pk)].append(key)
         for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
             _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
+        _refresh_snapshot(report)
     return report
