@@ -16,7 +16,7 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from assets.policy import COMPUTE_POOL, DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER_PARTITIONED
+from assets.policy import DATASET_COLUMN, DATASETS, DUCKDB_POOL, EAGER_PARTITIONED
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
@@ -78,7 +78,7 @@ def _answers_for(confirmations: pl.DataFrame, dataset: str) -> pl.DataFrame:
 
 # ------------------------------------------------------------------------------------------- embeddings
 @dg.asset(
-    **{**_COMMON, "pool": COMPUTE_POOL},
+    **_COMMON,
     ins={"images": dg.AssetIn(IMAGES)},
     description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
     "weights in artifacts/<sha256>.pt (loaded with weights_only=True), reused while the "

@@ -14,7 +14,6 @@ import polars as pl
 __all__ = [
     "CALIBRATION",
     "CLEANING",
-    "COMPUTE_POOL",
     "CORRECTNESS",
     "DATASETS",
     "DATASET_COLUMN",
@@ -32,11 +31,6 @@ __all__ = [
 #: Every asset that opens the warehouse runs in this pool; ``$DAGSTER_HOME/dagster.yaml`` limits it to 1, so
 #: DuckDB's single-writer file lock is never contended.
 DUCKDB_POOL = "duckdb"
-
-#: Long compute that writes little (encoder training): its own one-slot pool, so it never holds the warehouse
-#: slot for minutes and calibration runs go on beside it; its short write is covered by the IO manager's
-#: connect backoff and ``TRANSIENT_RETRY``.
-COMPUTE_POOL = "compute"
 
 _AC = dg.AutomationCondition
 #: Wait while an input is requested in the same evaluation: an asset that reads several stages of one chain
