@@ -179,12 +179,20 @@ def cmd_datasets(args) -> int:
     if not path.is_dir():
         print(f"not a folder: {path}", file=sys.stderr)
         return 2
+    from orchestration.dataset_scan import scan_dataset_folder
+
+    scan = scan_dataset_folder(path)
+    if scan.refused or scan.images == 0:
+        print(f"not registered: {scan.summary()}", file=sys.stderr)
+        if scan.refused:
+            print("  fix or remove these (a symlink must stay inside the folder), then add it again", file=sys.stderr)
+        return 2
     from noisycal_platform.io import atomic_write_text
 
     registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
     registry[args.name] = str(path)
     atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
-    print(f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up")
+    print(f"registered dataset {args.name!r} -> {path} ({scan.images} images, not copied); the dataset sensor takes it")
     return 0
 
 
