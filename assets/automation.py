@@ -10,6 +10,8 @@
   predictions file replaced in place (new content hash) reruns its partition.
 - ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
 - ``generations_sensor``: new or changed files under ``correctness/`` -> generations and audit labels reload.
+- ``settings_sensor``: ``settings.json`` changed (content hash) -> the calibration assets (and with them their
+  checks against the clinic's limits) rerun for every model version; the reports follow.
 - ``snapshot_sensor``: after each successful run, the read-only warehouse copy that notebooks and
   ``noisycal query`` read is refreshed (``orchestration.snapshot``).
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
@@ -20,6 +22,7 @@ import json
 
 import dagster as dg
 
+from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.io import sha256_file
@@ -39,6 +42,7 @@ __all__ = [
     "quality_monitor",
     "quality_monitor_job",
     "reference_sensor",
+    "settings_sensor",
     "snapshot_sensor",
 ]
 
@@ -191,6 +195,36 @@ def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) ->
     )
 
 
+CALIBRATION_ASSETS = [CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATORS, RECALIBRATION_REPORT]
+
+
+@dg.sensor(target=CALIBRATION_ASSETS, default_status=RUNNING, minimum_interval_seconds=30)
+def settings_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """A changed ``settings.json`` (thresholds, bins, bootstrap size) reruns what depends on it, per version.
+
+    The first evaluation records the current content hash; later ones request a run per model version when
+    it changes (run key = hash + version, so an edit back and forth is requested again)."""
+    path = inbox.layout.home / "settings.json"
+    digest = sha256_file(path) if path.is_file() else "absent"
+    if context.cursor is None or digest == context.cursor:
+        return dg.SensorResult(skip_reason=dg.SkipReason("settings unchanged"), cursor=digest)
+    versions = context.instance.get_dynamic_partitions(MODEL_VERSIONS.name)
+    stamp = f"{context.cursor[:8]}-{digest[:16]}"
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=f"settings-{stamp}-{v}",
+                partition_key=v,
+                asset_selection=CALIBRATION_ASSETS,
+                tags={"noisycal/reason": "settings.json changed"},
+            )
+            for v in versions
+        ],
+        skip_reason=None if versions else dg.SkipReason("settings changed; no model version to rerun yet"),
+        cursor=digest,
+    )
+
+
 @dg.run_status_sensor(
     run_status=dg.DagsterRunStatus.SUCCESS, default_status=RUNNING, minimum_interval_seconds=30, name="snapshot_sensor"
 )
@@ -223,6 +257,7 @@ SENSORS = [
     dataset_sensor,
     generations_sensor,
     automation_sensor,
+    settings_sensor,
     snapshot_sensor,
 ]
 SCHEDULES = [quality_monitor]

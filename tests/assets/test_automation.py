@@ -235,3 +235,17 @@ def test_runner_does_not_run_what_depends_on_a_failure_in_the_same_tick(tmp_path
     )
     assert by[("per_version", "v1")]["success"] and not by[("per_version", "v1")].get("skipped")
     assert by[("fan_in_report", None)]["success"] and not by[("fan_in_report", None)].get("skipped")
+
+
+def test_a_changed_settings_file_requests_the_calibration_rerun_per_version(defs, layout):
+    from assets.automation import settings_sensor
+
+    instance_for(layout.home).add_dynamic_partitions("model_versions", ["v1", "v2"])
+    r0 = settings_sensor(_ctx(defs, layout, name="settings_sensor"))
+    assert not r0.run_requests and r0.cursor == "absent"  # the first evaluation is the baseline
+    (layout.home / "settings.json").write_text('{"nc_ece_limit": 0.05}')
+    r1 = settings_sensor(_ctx(defs, layout, cursor=r0.cursor, name="settings_sensor"))
+    assert sorted(rr.partition_key for rr in r1.run_requests) == ["v1", "v2"]
+    assert {k.to_user_string() for k in r1.run_requests[0].asset_selection} >= {"calibration/nc_ece_report"}
+    r2 = settings_sensor(_ctx(defs, layout, cursor=r1.cursor, name="settings_sensor"))
+    assert not r2.run_requests
