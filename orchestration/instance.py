@@ -39,6 +39,7 @@ __all__ = [
     "HOST_TAG",
     "PID_TAG",
     "HomeBusy",
+    "daemon_running",
     "dagster_home",
     "home_lock",
     "instance_for",
@@ -268,6 +269,16 @@ def home_lock(home: str | Path, what: str, timeout: float = DEFAULT_LOCK_TIMEOUT
         yield
     finally:
         os.close(fd)  # closing the descriptor drops the flock
+
+
+# ------------------------------------------------------------------------------------------------- daemon
+DAEMON_FRESH_SECONDS = 90.0
+
+
+def daemon_running(instance: dg.DagsterInstance, within: float = DAEMON_FRESH_SECONDS) -> bool:
+    """A ``dagster-daemon`` (``noisycal serve``, ``noisycal ui``) sent a heartbeat for this instance recently."""
+    now = time.time()
+    return any(now - hb.timestamp < within for hb in instance.get_daemon_heartbeats().values())
 
 
 # ------------------------------------------------------------------------------------------- failed partitions

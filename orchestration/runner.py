@@ -14,8 +14,10 @@ import dagster as dg
 from dagster._serdes import deserialize_value, serialize_value  # the daemon's own cursor encoding
 
 from noisycal_platform.io import atomic_write_text
+from orchestration.errors import HomeBusy
 from orchestration.instance import (
     DEFAULT_LOCK_TIMEOUT_SECONDS,
+    daemon_running,
     dagster_home,
     home_lock,
     instance_for,
@@ -226,6 +228,7 @@ def tick(
     report = TickReport(home=str(home))
     with home_lock(home, "noisycal tick", timeout=lock_timeout):
         instance = instance_for(home)
+        _refuse_under_daemon(instance, "noisycal tick")
         report.recovered = recover(home, instance)
         state = _load_state(home)
         try:
@@ -241,6 +244,17 @@ def tick(
             atomic_write_text(_state_path(home), json.dumps(state, indent=1))
         _refresh_snapshot(report)
     return report
+
+
+def _refuse_under_daemon(instance: dg.DagsterInstance, what: str) -> None:
+    """The daemon runs the sensors, the automation and the run queue: a second, in-process runner beside it
+    would evaluate the same sensors with its own cursors and bypass the queue."""
+    if daemon_running(instance):
+        raise HomeBusy(
+            f"a dagster-daemon is running for this home (noisycal serve / noisycal ui): it already runs the "
+            f"sensors and automation; `{what}` would bypass its run queue. Launch runs from the UI "
+            "(Assets -> Materialize), or stop the service first"
+        )
 
 
 def _refresh_snapshot(report: TickReport) -> None:
@@ -277,6 +291,7 @@ def materialize_everything(
     report = TickReport(home=str(home))
     with home_lock(home, "noisycal materialize", timeout=lock_timeout):
         instance = instance_for(home)
+        _refuse_under_daemon(instance, "noisycal materialize")
         report.recovered = recover(home, instance)
         graph = defs.resolve_asset_graph()
         levels = _topological_levels(defs)

@@ -145,3 +145,18 @@ def test_a_killed_holder_never_blocks_and_a_waiter_honours_sigterm(tmp_path):
         for p in (holder,):
             if p.poll() is None:
                 p.kill()
+
+
+def test_tick_refuses_to_run_beside_a_live_daemon(tmp_path):
+    from dagster._daemon.types import DaemonHeartbeat
+
+    from orchestration.runner import materialize_everything, tick
+
+    home = tmp_path / "home"
+    instance = instance_for(home)
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 300, "SENSOR", "old", None))
+    assert tick(home, defs=dg.Definitions()).n_runs == 0  # a daemon that stopped long ago does not count
+    instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), "SENSOR", "live", None))
+    for run in (tick, materialize_everything):
+        with pytest.raises(HomeBusy, match="a dagster-daemon is running for this home"):
+            run(home, defs=dg.Definitions())
