@@ -105,19 +105,12 @@ def cmd_ui(args) -> int:
     from orchestration.instance import dagster_home
 
     env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
-    defs_file = Path(__file__).resolve().parent.parent / "definitions.py"
-    cmd = [
-        str(Path(sys.executable).parent / "dagster"),
-        "dev",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(args.port),
-        "-f",
-        str(defs_file),
-    ]
+    from orchestration.service import REPO_ROOT, WORKSPACE
+
+    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
+    cmd += ["-w", str(WORKSPACE)]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
-    os.chdir(defs_file.parent)
+    os.chdir(REPO_ROOT)
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached
 
