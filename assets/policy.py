@@ -33,24 +33,28 @@ __all__ = [
 DUCKDB_POOL = "duckdb"
 
 _AC = dg.AutomationCondition
-#: Wait while an input is requested in the same evaluation: an asset that reads several stages of one chain
-#: (a report) then runs once, after the whole chain, never with a stale input.
-_NO_INPUT_REQUESTED = ~_AC.any_deps_match(_AC.will_be_requested())
+#: The stages whose assets are partitioned (per model version, per dataset): under the daemon their requested
+#: partitions run in runs of their own, apart from the unpartitioned assets requested in the same tick.
+_PARTITIONED_GROUPS = ("calibration", "cleaning")
 
 #: Unpartitioned assets (reports, staging, correctness) rerun when anything upstream is updated: Dagster's
-#: ``eager()`` with its missing-input gate narrowed (docs.dagster.io, "Customizing eager"): a fan-in input
-#: partition that is missing because its run failed (one bad model version) does not hold them back; they are
-#: rebuilt from the good partitions and say which are missing.
+#: ``eager()`` with two changes (docs.dagster.io, "Customizing eager"). (1) The missing-input gate is narrowed:
+#: a fan-in input partition that is missing because its run failed (one bad model version) does not hold them
+#: back; they are rebuilt from the good partitions and say which are missing. (2) They wait while a partitioned
+#: input is requested in the same tick (it runs in another run): a report reading several stages of one chain
+#: is published once, after the whole chain, never with a stale input. Unpartitioned inputs requested in the
+#: same tick share the target's run, where Dagster orders the steps.
 EAGER = (
     _AC.eager().without(~_AC.any_deps_missing())
     & ~_AC.any_deps_match(_AC.missing() & ~_AC.execution_failed())
-    & _NO_INPUT_REQUESTED
+    & ~_AC.any_deps_match(_AC.will_be_requested()).allow(dg.AssetSelection.groups(*_PARTITIONED_GROUPS))
 ).with_label("eager (once, fan-in)")
 
 #: Partitioned assets (per model version / dataset): ``eager()``, and an input partition whose latest run
-#: failed stops the downstream partition (no cascade of misleading errors).
-EAGER_PARTITIONED = (_AC.eager() & ~_AC.any_deps_match(_AC.execution_failed()) & _NO_INPUT_REQUESTED).with_label(
-    "eager (once, per partition)"
+#: failed stops the downstream partition (no cascade of misleading errors). Inputs of the same partition
+#: requested in the same tick share its run.
+EAGER_PARTITIONED = (_AC.eager() & ~_AC.any_deps_match(_AC.execution_failed())).with_label(
+    "eager (per partition, no failed input)"
 )
 
 #: One partition per model version folder ``models/<version>/`` (added by ``model_version_sensor``).

@@ -175,7 +175,8 @@ def _toy_defs(fail_partition: str | None = None) -> dg.Definitions:
     def root() -> None:
         return None
 
-    @dg.asset(deps=[root], automation_condition=EAGER)
+    # a stage that runs in runs of its own under the daemon (a partitioned stage's group)
+    @dg.asset(deps=[root], automation_condition=EAGER, group_name="calibration")
     def middle() -> None:
         return None
 
@@ -211,7 +212,7 @@ def test_an_asset_reading_two_stages_of_a_chain_runs_once_after_both():
         r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance)
         dg.materialize(defs.assets, selection=["root"], instance=instance)
         r1 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
-        # stock eager() would request reads_both now, beside middle, and publish it with a stale middle
+        # stock eager() would request reads_both now, beside middle (in another run), and publish it stale
         assert _asked(r1, "middle") == [None] and _asked(r1, "reads_both") == []
         dg.materialize(defs.assets, selection=["middle"], instance=instance)
         r2 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r1.cursor)
