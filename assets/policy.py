@@ -41,13 +41,18 @@ _PARTITIONED_GROUPS = ("calibration", "cleaning")
 #: ``eager()`` with two changes (docs.dagster.io, "Customizing eager"). (1) The missing-input gate is narrowed:
 #: a fan-in input partition that is missing because its run failed (one bad model version) does not hold them
 #: back; they are rebuilt from the good partitions and say which are missing. (2) They wait while a partitioned
-#: input is requested in the same tick (it runs in another run): a report reading several stages of one chain
-#: is published once, after the whole chain, never with a stale input. Unpartitioned inputs requested in the
-#: same tick share the target's run, where Dagster orders the steps.
+#: input is pending (requested, or about to be: it runs in another run): a report reading several stages of one
+#: chain is published once, after the whole chain, never with a stale input. Unpartitioned inputs requested in
+#: the same tick share the target's run, where Dagster orders the steps.
+#: A partitioned input whose own eager trigger (an input updated or it went missing) has not been handled yet:
+#: it is about to be requested. ``will_be_requested`` alone does not see it: it counts only inputs that can run
+#: in the target's own run, and a partitioned input never does.
+_INPUT_PENDING = (_AC.newly_missing() | _AC.any_deps_updated()).since_last_handled() | _AC.will_be_requested()
+
 EAGER = (
     _AC.eager().without(~_AC.any_deps_missing())
     & ~_AC.any_deps_match(_AC.missing() & ~_AC.execution_failed())
-    & ~_AC.any_deps_match(_AC.will_be_requested()).allow(dg.AssetSelection.groups(*_PARTITIONED_GROUPS))
+    & ~_AC.any_deps_match(_INPUT_PENDING).allow(dg.AssetSelection.groups(*_PARTITIONED_GROUPS))
 ).with_label("eager (once, fan-in)")
 
 #: Partitioned assets (per model version / dataset): ``eager()``, and an input partition whose latest run
