@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256s
 HOME_DIR ?= $(CURDIR)/.noisycal
 PORT ?= 3000
 
-.PHONY: demo test test-slow test-all ui confirm bench lint lock browser-deps slow-deps clean venv
+.PHONY: demo test test-slow test-all ui serve confirm bench lint lock browser-deps slow-deps clean venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,9 @@ lint: $(STAMP)
 
 ui: $(STAMP)
 	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal ui --port $(PORT)
+
+serve: $(STAMP)
+	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal serve --port $(PORT)
 
 confirm: $(STAMP)
 	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal serve-confirmations

@@ -6,9 +6,14 @@
 - ``confirmation_sensor``: the confirmation tool appended answers -> ``raw/confirmations`` reruns.
 - ``reference_sensor``: ``references/labels.csv`` appeared or changed -> ``raw/reference_labels`` reruns.
 - ``model_version_sensor``: a new folder ``models/<version>/`` with predictions -> new ``model_versions``
-  partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition.
+  partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition. A
+  predictions file replaced in place (new content hash) reruns its partition.
 - ``dataset_sensor``: a new dataset folder / registration -> new ``datasets`` partition + ``raw/images`` run.
 - ``generations_sensor``: new or changed files under ``correctness/`` -> generations and audit labels reload.
+- ``settings_sensor``: ``settings.json`` changed (content hash) -> the calibration assets (and with them their
+  checks against the clinic's limits) rerun for every model version; the reports follow.
+- ``snapshot_sensor``: after each successful run, the read-only warehouse copy that notebooks and
+  ``noisycal query`` read is refreshed (``orchestration.snapshot``).
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
@@ -17,8 +22,10 @@ import json
 
 import dagster as dg
 
+from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
+from noisycal_platform.io import sha256_file
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
@@ -35,6 +42,8 @@ __all__ = [
     "quality_monitor",
     "quality_monitor_job",
     "reference_sensor",
+    "settings_sensor",
+    "snapshot_sensor",
 ]
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
@@ -119,16 +128,57 @@ def reference_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) 
     )
 
 
+def _load_version_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
+    if not cursor:
+        return {}
+    data = json.loads(cursor)
+    return data if isinstance(data, dict) else {}
+
+
 @dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=30)
 def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource) -> dg.SensorResult:
-    """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded."""
+    """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded;
+    a predictions file replaced in place (new content hash) is loaded again for its version.
+
+    The cursor maps version -> {"stat": size:mtime, "sha256": content hash}; a file is hashed only when its
+    size or mtime changed, and a new hash (not a new mtime alone) requests a run."""
+    seen = _load_version_cursor(context.cursor)
     known = set(context.instance.get_dynamic_partitions(MODEL_VERSIONS.name))
-    new = [v for v in model_registry.versions() if v not in known]
-    if not new:
-        return dg.SensorResult(skip_reason=dg.SkipReason("no new model versions"))
+    new_versions: list[str] = []
+    requests: list[dg.RunRequest] = []
+    for v in model_registry.versions():
+        path = model_registry.predictions_file(v)
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stat = f"{st.st_size}:{st.st_mtime_ns}"
+        entry = seen.get(v)
+        if v not in known:
+            new_versions.append(v)
+            requests.append(dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]))
+            seen[v] = {"stat": stat, "sha256": sha256_file(path)}
+        elif entry is None:
+            seen[v] = {"stat": stat, "sha256": sha256_file(path)}  # a cursor from before hashes were kept
+        elif entry["stat"] != stat:
+            digest = sha256_file(path)
+            if digest != entry["sha256"]:
+                requests.append(
+                    dg.RunRequest(
+                        run_key=f"model-{v}-{digest[:16]}",
+                        partition_key=v,
+                        asset_selection=[PREDICTIONS],
+                        tags={"noisycal/reason": "predictions replaced in place", "noisycal/sha256": digest},
+                    )
+                )
+            seen[v] = {"stat": stat, "sha256": digest}
+    cursor = json.dumps(seen, sort_keys=True)
+    if not requests:
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new or changed model versions"), cursor=cursor)
     return dg.SensorResult(
-        dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new)],
-        run_requests=[dg.RunRequest(run_key=f"model-{v}", partition_key=v, asset_selection=[PREDICTIONS]) for v in new],
+        dynamic_partitions_requests=[MODEL_VERSIONS.build_add_request(new_versions)] if new_versions else [],
+        run_requests=requests,
+        cursor=cursor,
     )
 
 
@@ -143,6 +193,47 @@ def dataset_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) ->
         dynamic_partitions_requests=[DATASETS.build_add_request(new)],
         run_requests=[dg.RunRequest(run_key=f"dataset-{d}", partition_key=d, asset_selection=[IMAGES]) for d in new],
     )
+
+
+CALIBRATION_ASSETS = [CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATORS, RECALIBRATION_REPORT]
+
+
+@dg.sensor(target=CALIBRATION_ASSETS, default_status=RUNNING, minimum_interval_seconds=30)
+def settings_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """A changed ``settings.json`` (thresholds, bins, bootstrap size) reruns what depends on it, per version.
+
+    The first evaluation records the current content hash; later ones request a run per model version when
+    it changes (run key = hash + version, so an edit back and forth is requested again)."""
+    path = inbox.layout.home / "settings.json"
+    digest = sha256_file(path) if path.is_file() else "absent"
+    if context.cursor is None or digest == context.cursor:
+        return dg.SensorResult(skip_reason=dg.SkipReason("settings unchanged"), cursor=digest)
+    versions = context.instance.get_dynamic_partitions(MODEL_VERSIONS.name)
+    stamp = f"{context.cursor[:8]}-{digest[:16]}"
+    return dg.SensorResult(
+        run_requests=[
+            dg.RunRequest(
+                run_key=f"settings-{stamp}-{v}",
+                partition_key=v,
+                asset_selection=CALIBRATION_ASSETS,
+                tags={"noisycal/reason": "settings.json changed"},
+            )
+            for v in versions
+        ],
+        skip_reason=None if versions else dg.SkipReason("settings changed; no model version to rerun yet"),
+        cursor=digest,
+    )
+
+
+@dg.run_status_sensor(
+    run_status=dg.DagsterRunStatus.SUCCESS, default_status=RUNNING, minimum_interval_seconds=30, name="snapshot_sensor"
+)
+def snapshot_sensor(context: dg.RunStatusSensorContext, inbox: InboxResource):
+    """Refresh the read-only warehouse snapshot after a successful run (readers never hold the warehouse)."""
+    from orchestration.snapshot import refresh_snapshot
+
+    path = refresh_snapshot(inbox.layout.home)
+    return dg.SkipReason(f"snapshot refreshed: {path}" if path else "no warehouse yet")
 
 
 quality_monitor = dg.ScheduleDefinition(
@@ -166,6 +257,8 @@ SENSORS = [
     dataset_sensor,
     generations_sensor,
     automation_sensor,
+    settings_sensor,
+    snapshot_sensor,
 ]
 SCHEDULES = [quality_monitor]
 JOBS = [quality_monitor_job]

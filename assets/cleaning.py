@@ -12,6 +12,7 @@ import dagster as dg
 import polars as pl
 
 from assets.policy import CLEANING
+from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA
@@ -72,7 +73,13 @@ def ssl_encoder(
         settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
     )
     compute.apply_threads()
-    frame = cp.ssl_encoder_table(images, config, preset=settings.encoder_preset, artifacts=inbox.layout.artifacts)
+    frame = cp.ssl_encoder_table(
+        images,
+        config,
+        preset=settings.encoder_preset,
+        artifacts=inbox.layout.artifacts,
+        progress=epoch_progress(context, "ssl_encoder"),
+    )
     row = frame.row(0, named=True)
     return dg.Output(
         frame,
@@ -92,9 +99,21 @@ def ssl_encoder(
     description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "
     "non-learned baseline (downsampled pixels + colour histogram), cached by content hash.",
 )
-def embeddings(images: pl.DataFrame, ssl_encoder: pl.DataFrame, inbox: InboxResource, compute: ComputeResource):
+def embeddings(
+    context: dg.AssetExecutionContext,
+    images: pl.DataFrame,
+    ssl_encoder: pl.DataFrame,
+    inbox: InboxResource,
+    compute: ComputeResource,
+):
     encoder = ssl_encoder.row(0, named=True)
-    frame, hit = cp.embeddings_table(images, encoder, inbox.layout.cache / "embeddings", device=compute.torch_device())
+    frame, hit = cp.embeddings_table(
+        images,
+        encoder,
+        inbox.layout.cache / "embeddings",
+        device=compute.torch_device(),
+        timed=lambda label, n, fn: timed(context, label, n, fn),
+    )
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
     return dg.Output(frame, metadata={"images": images.height, **dims, "cache_hit": hit})
 

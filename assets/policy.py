@@ -23,10 +23,12 @@ __all__ = [
     "DATASET_COLUMN",
     "DUCKDB_POOL",
     "EAGER",
+    "EAGER_PARTITIONED",
     "MODEL_VERSIONS",
     "MODEL_VERSION_COLUMN",
     "RAW",
     "REPORTS",
+    "TRANSIENT_RETRY",
     "Stage",
 ]
 
@@ -34,9 +36,35 @@ __all__ = [
 #: DuckDB's single-writer file lock is never contended.
 DUCKDB_POOL = "duckdb"
 
-#: Downstream assets rerun when anything upstream is updated (new annotations, a new model version,
-#: new confirmations). Run by the automation sensor, which starts RUNNING (definitions.py).
-EAGER = dg.AutomationCondition.eager()
+_AC = dg.AutomationCondition
+#: The stages whose assets are partitioned (per model version, per dataset): under the daemon their requested
+#: partitions run in runs of their own, apart from the unpartitioned assets requested in the same tick.
+_PARTITIONED_GROUPS = ("calibration", "cleaning")
+
+#: Unpartitioned assets (reports, staging, correctness) rerun when anything upstream is updated: Dagster's
+#: ``eager()`` with two changes (docs.dagster.io, "Customizing eager"). (1) The missing-input gate is narrowed:
+#: a fan-in input partition that is missing because its run failed (one bad model version) does not hold them
+#: back; they are rebuilt from the good partitions and say which are missing. (2) They wait while a partitioned
+#: input is pending (requested, or about to be: it runs in another run): a report reading several stages of one
+#: chain is published once, after the whole chain, never with a stale input. Unpartitioned inputs requested in
+#: the same tick share the target's run, where Dagster orders the steps.
+#: A partitioned input whose own eager trigger (an input updated or it went missing) has not been handled yet:
+#: it is about to be requested. ``will_be_requested`` alone does not see it: it counts only inputs that can run
+#: in the target's own run, and a partitioned input never does.
+_INPUT_PENDING = (_AC.newly_missing() | _AC.any_deps_updated()).since_last_handled() | _AC.will_be_requested()
+
+EAGER = (
+    _AC.eager().without(~_AC.any_deps_missing())
+    & ~_AC.any_deps_match(_AC.missing() & ~_AC.execution_failed())
+    & ~_AC.any_deps_match(_INPUT_PENDING).allow(dg.AssetSelection.groups(*_PARTITIONED_GROUPS))
+).with_label("eager (once, fan-in)")
+
+#: Partitioned assets (per model version / dataset): ``eager()``, and an input partition whose latest run
+#: failed stops the downstream partition (no cascade of misleading errors). Inputs of the same partition
+#: requested in the same tick share its run.
+EAGER_PARTITIONED = (_AC.eager() & ~_AC.any_deps_match(_AC.execution_failed())).with_label(
+    "eager (per partition, no failed input)"
+)
 
 #: One partition per model version folder ``models/<version>/`` (added by ``model_version_sensor``).
 MODEL_VERSIONS = dg.DynamicPartitionsDefinition(name="model_versions")
@@ -56,6 +84,11 @@ BY_DATASET: Mapping[str, Any] = {"partitions_def": DATASETS, "metadata": {"parti
 
 _DEFAULT_KINDS = frozenset({"polars", "duckdb"})
 
+#: A step that fails (a DuckDB lock held past the IO manager's ~100 s connect backoff, a disk freed meanwhile)
+#: is retried in the same run, twice, after 1 and 2 s (+-50 % jitter): no new run key is needed. Input
+#: errors that cannot heal raise ``dg.Failure(allow_retries=False)``.
+TRANSIENT_RETRY = dg.RetryPolicy(max_retries=2, delay=1, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS)
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -67,7 +100,8 @@ class Stage:
     partitions_def: dg.PartitionsDefinition | None = None
     partition_column: str | None = None
     kinds: frozenset[str] = _DEFAULT_KINDS
-    automation_condition: dg.AutomationCondition | None = EAGER
+    #: ``None``: ``EAGER_PARTITIONED`` for a partitioned stage, ``EAGER`` otherwise; ``False``: no condition
+    automation_condition: dg.AutomationCondition | bool | None = None
     pool: str = DUCKDB_POOL
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -92,9 +126,12 @@ class Stage:
             "group_name": self.name,
             "pool": self.pool,
             "kinds": set(self.kinds | (kinds or set())),
+            "retry_policy": TRANSIENT_RETRY,
             **self.extra,
         }
-        if self.automation_condition is not None:
+        if self.automation_condition is None:
+            opts["automation_condition"] = EAGER_PARTITIONED if self.partitions_def is not None else EAGER
+        elif self.automation_condition is not False:
             opts["automation_condition"] = self.automation_condition
         if self.partitions_def is not None:
             opts["partitions_def"] = self.partitions_def
@@ -139,7 +176,7 @@ class Stage:
         return frame.select(col, *rest)
 
 
-RAW = Stage("raw", automation_condition=None)
+RAW = Stage("raw", automation_condition=False)
 CLEANING = Stage("cleaning", partitions_def=DATASETS, partition_column=DATASET_COLUMN)
 CALIBRATION = Stage("calibration", partitions_def=MODEL_VERSIONS, partition_column=MODEL_VERSION_COLUMN)
 CORRECTNESS = Stage("correctness")

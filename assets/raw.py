@@ -40,7 +40,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
         report = inbox.ingest_annotations()
         frame = inbox.annotations()
     except IngestError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for q in report.quarantined:
         context.log.warning(f"quarantined {q['file']}: {q['reason']}")
     return dg.Output(
@@ -69,7 +69,7 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
         frame = read_predictions(path)
     except InputError as exc:
         # Fail the step: nothing is written for this version, earlier versions stay as they are.
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
+        raise dg.Failure(description=str(exc), metadata={"file": str(path)}, allow_retries=False) from None
     registered = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     frame = frame.with_columns(
         pl.lit(version).alias(MODEL_VERSION_COLUMN),
@@ -93,7 +93,7 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
     try:
         frame, problems = read_reference_label_records(path)
     except InputError as exc:
-        raise dg.Failure(description=exc.safe, metadata={"file": str(path)}) from None
+        raise dg.Failure(description=exc.safe, metadata={"file": str(path)}, allow_retries=False) from None
     rejected = [p.as_dict(path.name) for p in problems]
     inbox.quarantine_records("reference_labels", rejected)
     for r in rejected:
@@ -142,11 +142,13 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
     name = context.partition_key
     roots = inbox.layout.registered_datasets()
     if name not in roots:
-        raise dg.Failure(description=f"dataset {name!r} is no longer registered (datasets/ or datasets.json)")
+        raise dg.Failure(
+            description=f"dataset {name!r} is no longer registered (datasets/ or datasets.json)", allow_retries=False
+        )
     try:
         ds = read_image_dataset(roots[name])
     except ImageDatasetError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for row in ds.excluded.iter_rows(named=True):
         context.log.warning(
             f"{name}: excluded {row['file_name']} (row {row['row']}, column {row['column']}): {row['reason']}"
@@ -178,7 +180,7 @@ def _fail_on_input_error(fn):
     try:
         return fn()
     except CorrectnessInputError as exc:
-        raise dg.Failure(description=str(exc)) from None
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
 
 
 @RAW.asset(

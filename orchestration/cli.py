@@ -4,11 +4,13 @@
     noisycal tick                           evaluate sensors + automation once and run what they request
     noisycal materialize                    materialise every asset for every known partition
     noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
+    noisycal serve [--port 3000]            the service: dagster-webserver + dagster-daemon, stopped by SIGTERM
     noisycal validate KIND FILE             check one input file against its contract
     noisycal datasets add NAME PATH | list  register an image dataset by path (no copy)
     noisycal annotators add NAME --role R | revoke NAME | list
     noisycal serve-confirmations            the local confirmation web tool
-    noisycal status                         where things are, what is pending
+    noisycal status                         where things are, what is pending, failed, recovered
+    noisycal query "SQL"                    run SQL on the read-only warehouse snapshot
     noisycal audit sample [--per-stratum 25] [--seed 0]   draw the correctness audit sample (seed 002 §2.4)
     noisycal audit collect --prompts FILE   generations from the local OpenAI-compatible server in settings.json
 
@@ -25,15 +27,47 @@ from pathlib import Path
 from noisycal_platform.paths import HOME_ENV, HomeLayout, default_home
 
 
+def _progress_bar(event: dict) -> None:
+    """Draw a long step's progress (assets/progress.py events) on stderr: a bar on a terminal, lines otherwise."""
+    from assets.progress import format_event
+
+    total = max(int(event["total"]), 1)
+    width = 24
+    filled = min(width, int(width * int(event["done"]) / total))
+    text = f"[{'#' * filled}{'-' * (width - filled)}] {format_event(event).removeprefix('progress ')}"
+    if sys.stderr.isatty():
+        end = "\n" if event["done"] >= event["total"] else ""
+        print(f"\r{text[:150]:<150}", end=end, file=sys.stderr, flush=True)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def _with_progress(fn):
+    """Run ``fn`` with the CLI progress bar attached to the in-process runs."""
+    from assets.progress import add_sink, remove_sink
+
+    add_sink(_progress_bar)
+    try:
+        return fn()
+    finally:
+        remove_sink(_progress_bar)
+
+
 def _quiet_dagster() -> None:
     os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
     logging.getLogger("dagster").setLevel(logging.WARNING)
 
 
+def _print_recovered(report) -> None:
+    for entry in report.recovered:
+        print(f"  recovered: run {entry['run_id']} {entry['action']}")
+
+
 def _print_runs(report) -> int:
+    _print_recovered(report)
     failed = 0
     for run in report.runs:
-        mark = "ok " if run["success"] else "FAIL"
+        mark = "skip" if run.get("skipped") else ("ok " if run["success"] else "FAIL")
         part = f" [{run['partition']}]" if run["partition"] else ""
         print(f"  {mark} {run['reason']}: {', '.join(run['assets'])}{part}")
         for err in run.get("errors", []):
@@ -46,7 +80,7 @@ def cmd_tick(args) -> int:
     _quiet_dagster()
     from orchestration.runner import tick
 
-    report = tick(args.home)
+    report = _with_progress(lambda: tick(args.home))
     print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
     for name, keys in report.partitions_added.items():
         print(f"  new {name} partition(s): {', '.join(keys)}")
@@ -57,7 +91,7 @@ def cmd_materialize(args) -> int:
     _quiet_dagster()
     from orchestration.runner import materialize_everything
 
-    report = materialize_everything(args.home)
+    report = _with_progress(lambda: materialize_everything(args.home))
     print(f"materialize: {report.n_runs} run(s)")
     return 1 if _print_runs(report) else 0
 
@@ -66,28 +100,41 @@ def cmd_demo(args) -> int:
     _quiet_dagster()
     from orchestration.demo import run_demo
 
-    return run_demo(args.home, fresh=args.fresh, seed=args.seed)
+    return _with_progress(lambda: run_demo(args.home, fresh=args.fresh, seed=args.seed))
 
 
 def cmd_ui(args) -> int:
-    from orchestration.runner import dagster_home
+    from orchestration.instance import dagster_home
 
     env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
-    defs_file = Path(__file__).resolve().parent.parent / "definitions.py"
-    cmd = [
-        str(Path(sys.executable).parent / "dagster"),
-        "dev",
-        "-h",
-        "127.0.0.1",
-        "-p",
-        str(args.port),
-        "-f",
-        str(defs_file),
-    ]
+    from orchestration.service import REPO_ROOT, WORKSPACE
+
+    cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
+    cmd += ["-w", str(WORKSPACE)]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
-    os.chdir(defs_file.parent)
+    os.chdir(REPO_ROOT)
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached
+
+
+def cmd_query(args) -> int:
+    import duckdb
+    import polars as pl
+
+    from orchestration.snapshot import query, snapshot_path
+
+    try:
+        frame = query(args.home, args.sql)
+    except duckdb.Error as exc:
+        print(f"noisycal query: {exc}", file=sys.stderr)
+        return 2
+    if args.csv:
+        sys.stdout.write(frame.write_csv())
+    else:
+        with pl.Config(tbl_rows=args.limit, tbl_cols=-1, fmt_str_lengths=60):
+            print(frame)
+    print(f"({frame.height} row(s) from {snapshot_path(args.home)})", file=sys.stderr)
+    return 0
 
 
 def cmd_validate(args) -> int:
@@ -103,7 +150,17 @@ def cmd_validate(args) -> int:
     except io.InputError as exc:
         print(f"INVALID {exc}", file=sys.stderr)
         return 2
-    print(f"OK {args.file}: {frame.height} rows, columns {frame.columns}")
+    from noisycal_platform import contracts
+
+    contract = contracts.CONTRACTS[{"references": "reference_labels"}.get(args.kind, args.kind)]
+    outcome = contracts.validate_frame(frame, contract)
+    if not outcome["success"]:
+        print(f"INVALID {args.file}: Great Expectations contract failed: {outcome['failed']}", file=sys.stderr)
+        return 2
+    print(
+        f"OK {args.file}: {frame.height} rows, columns {frame.columns}; "
+        f"contract (Great Expectations): {outcome['evaluated']} expectations passed"
+    )
     return 0
 
 
@@ -125,11 +182,19 @@ def cmd_datasets(args) -> int:
     if not path.is_dir():
         print(f"not a folder: {path}", file=sys.stderr)
         return 2
+    from orchestration.dataset_scan import scan_dataset_folder
+
+    scan = scan_dataset_folder(path)
+    if scan.refused or scan.images == 0:
+        print(f"not registered: {scan.summary()}", file=sys.stderr)
+        if scan.refused:
+            print("  fix or remove these (a symlink must stay inside the folder), then add it again", file=sys.stderr)
+        return 2
 
     registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
     registry[args.name] = str(path)
     atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
-    print(f"registered dataset {args.name!r} -> {path} (images are not copied); the dataset sensor picks it up")
+    print(f"registered dataset {args.name!r} -> {path} ({scan.images} images, not copied); the dataset sensor takes it")
     return 0
 
 
@@ -150,6 +215,12 @@ def cmd_annotators(args) -> int:
     return 0
 
 
+def cmd_service(args) -> int:
+    from orchestration.service import serve
+
+    return serve(args.home, host="127.0.0.1", port=args.port)
+
+
 def cmd_serve(args) -> int:
     from noisycal_platform import confirm_app
 
@@ -164,11 +235,29 @@ def cmd_status(args) -> int:
     print(f"home:       {layout.home}")
     print(f"warehouse:  {layout.warehouse} ({'present' if layout.warehouse.exists() else 'not built yet'})")
     print(f"reports:    {layout.reports}")
+    from orchestration.snapshot import snapshot_path
+
+    snap = snapshot_path(layout.home)
+    print(f"snapshot:   {snap} ({'present' if snap.is_file() else 'written after the first run'}; noisycal query)")
     print(f"models:     {', '.join(layout.model_versions()) or 'none'}")
     print(f"datasets:   {', '.join(layout.registered_datasets()) or 'none'}")
     print(f"pending annotation batches: {len(pending_annotation_files(layout))}")
     quarantined = sorted(p.name for p in layout.quarantine.glob("*.reason.txt")) if layout.quarantine.is_dir() else []
     print(f"quarantined batches: {len(quarantined)}")
+    if (layout.home / "dagster" / "dagster.yaml").is_file():
+        _quiet_dagster()
+        from orchestration.instance import instance_for, latest_failures, recent_recoveries
+
+        failures = latest_failures(instance_for(layout.home))
+        print(f"failed (latest run): {len(failures)}")
+        for f in failures:
+            part = f" [{f['partition']}]" if f["partition"] else ""
+            print(f"  {f['asset']}{part}: {f['reason']} (run {f['run_id'][:8]})")
+        recovered = recent_recoveries(layout.home)
+        if recovered:
+            print("recovered after a crash (latest):")
+            for r in recovered:
+                print(f"  {r['at']} run {r['run_id'][:8]}: {r['action']}")
     return 0
 
 
@@ -290,6 +379,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)
+    p = sub.add_parser("serve", help="the service: Dagster webserver + daemon for this home (SIGTERM stops both)")
+    p.add_argument("--port", type=int, default=3000)
+    p.set_defaults(func=cmd_service)
+    p = sub.add_parser("query", help="SQL on the read-only warehouse snapshot (never blocks the pipeline)")
+    p.add_argument("sql")
+    p.add_argument("--csv", action="store_true", help="write CSV to stdout")
+    p.add_argument("--limit", type=int, default=50, help="rows to print (table output)")
+    p.set_defaults(func=cmd_query)
     p = sub.add_parser("validate", help="check one input file against its contract")
     p.add_argument("kind", choices=["annotations", "predictions", "references"])
     p.add_argument("file", type=Path)
@@ -334,8 +431,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "annotators" and args.action in ("add", "revoke") and not args.name:
         print(f"usage: noisycal annotators {args.action} NAME", file=sys.stderr)
         return 2
+    from orchestration.errors import HomeBusy
+
     try:
         return int(args.func(args) or 0)
+    except HomeBusy as exc:
+        print(f"noisycal {args.command}: {exc}", file=sys.stderr)
+        return 3
     except (ValueError, FileNotFoundError, PermissionError) as exc:  # user errors: a message, not a traceback
         print(f"noisycal {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -14,32 +14,19 @@ import dagster as dg
 from dagster._serdes import deserialize_value, serialize_value  # the daemon's own cursor encoding
 
 from noisycal_platform.io import atomic_write_text
-from noisycal_platform.paths import HomeLayout
+from orchestration.errors import HomeBusy
+from orchestration.instance import (
+    DEFAULT_LOCK_TIMEOUT_SECONDS,
+    daemon_running,
+    dagster_home,
+    home_lock,
+    instance_for,
+    process_tags,
+    recover,
+    wait_for_pools,
+)
 
 __all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
-
-DAGSTER_YAML = """\
-# Written by noisycal. Every warehouse asset is in the "duckdb" pool; one slot = one DuckDB writer at a time.
-telemetry:
-  enabled: false
-concurrency:
-  pools:
-    default_limit: 1
-"""
-
-
-def dagster_home(home: str | Path) -> Path:
-    path = HomeLayout.at(home).home / "dagster"
-    path.mkdir(parents=True, exist_ok=True)
-    cfg = path / "dagster.yaml"
-    if not cfg.exists():
-        atomic_write_text(cfg, DAGSTER_YAML)
-    return path
-
-
-def instance_for(home: str | Path) -> dg.DagsterInstance:
-    """A persistent instance under ``$NOISYCAL_HOME/dagster`` (runs, partitions and cursors survive)."""
-    return dg.DagsterInstance.from_config(str(dagster_home(home)))
 
 
 @dataclass
@@ -47,6 +34,11 @@ class TickReport:
     runs: list[dict] = field(default_factory=list)
     partitions_added: dict[str, list[str]] = field(default_factory=dict)
     rounds: int = 0
+    recovered: list[dict] = field(default_factory=list)
+    #: (asset key, partition key or None) that failed or were not run in this tick
+    failed: set = field(default_factory=set)
+    home: str = ""
+    snapshot: str | None = None
 
     @property
     def n_runs(self) -> int:
@@ -68,7 +60,37 @@ def _all_assets(defs: dg.Definitions) -> list:
     return [*defs.assets, *(defs.asset_checks or [])]
 
 
+def _blocked_by_failure(graph, keys, partition_key, failed: set) -> set:
+    """Keys whose parent failed (or was skipped) earlier in this tick for the same partition, or whose
+    unpartitioned parent failed. A failed partition of a fan-in input never blocks an unpartitioned target."""
+    blocked = set()
+    for key in keys:
+        for parent in graph.get(key).parent_keys:
+            if (parent, None) in failed or (partition_key is not None and (parent, partition_key) in failed):
+                blocked.add(key)
+    return blocked
+
+
 def _execute(defs, instance, selection, partition_key, tags, report: TickReport, reason: str) -> None:
+    graph = defs.resolve_asset_graph()
+    blocked = _blocked_by_failure(graph, selection, partition_key, report.failed)
+    if blocked:
+        report.failed.update((k, partition_key) for k in blocked)
+        report.runs.append(
+            {
+                "reason": reason,
+                "assets": sorted(k.to_user_string() for k in blocked),
+                "partition": partition_key,
+                "success": True,
+                "skipped": True,
+                "run_id": None,
+                "errors": ["not run: an upstream asset failed in this tick"],
+            }
+        )
+        selection = [k for k in selection if k not in blocked]
+        if not selection:
+            return
+    wait_for_pools(report.home, instance)
     result = dg.materialize(
         _all_assets(defs),
         run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
@@ -76,7 +98,7 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
         partition_key=partition_key,
         instance=instance,
         resources=defs.resources,
-        tags={k: str(v) for k, v in (tags or {}).items()},
+        tags={**{k: str(v) for k, v in (tags or {}).items()}, **process_tags()},
         raise_on_error=False,
     )
     report.runs.append(
@@ -88,6 +110,13 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
             "run_id": result.run_id,
         }
     )
+    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    failed_checks = {
+        e.asset_key
+        for e in result.get_asset_check_evaluations()
+        if not e.passed and e.blocking and e.severity == dg.AssetCheckSeverity.ERROR
+    }
+    report.failed.update((k, partition_key) for k in selection if k not in materialized or k in failed_checks)
     if not result.success:
         failures = [
             f"{e.step_key}: {_root_cause(e.event_specific_data.error)}" for e in result.all_events if e.is_step_failure
@@ -108,8 +137,8 @@ def _root_cause(error) -> str:
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
     executed = 0
     for sensor in defs.sensors or []:
-        if isinstance(sensor, dg.AutomationConditionSensorDefinition):
-            continue
+        if isinstance(sensor, (dg.AutomationConditionSensorDefinition, dg.RunStatusSensorDefinition)):
+            continue  # the automation conditions are evaluated below; run-status sensors are the daemon's
         ctx = dg.build_sensor_context(
             instance=instance,
             cursor=state["sensor_cursors"].get(sensor.name),
@@ -180,55 +209,101 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
 def tick(
     home: str | Path,
     defs: dg.Definitions | None = None,
-    max_rounds: int = 12,
+    max_rounds: int = 20,
     *,
     sensors: bool = True,
     automation: bool = True,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
 ) -> TickReport:
     """Evaluate every sensor once and run what it requests, then the automation conditions, until quiet.
 
     The very first automation evaluation of a home only records a baseline (Dagster's eager condition never
-    fires on it), exactly as the daemon's first tick does.
+    fires on it), exactly as the daemon's first tick does. One runner per home at a time (``home_lock``);
+    runs of runners that died are marked failed and their pool slots freed first (``recover``).
     """
     if defs is None:
         from definitions import build_definitions
 
         defs = build_definitions(home)
-    instance = instance_for(home)
-    state = _load_state(home)
-    report = TickReport()
-    try:
-        if automation and state.get("automation_cursor") is None:
-            _run_automation(defs, instance, state, report)  # the first evaluation only sets the baseline
-        for _ in range(max_rounds):
-            report.rounds += 1
-            n = _run_sensors(defs, instance, state, report) if sensors else 0
-            n += _run_automation(defs, instance, state, report) if automation else 0
-            if n == 0 or not automation:
-                break
-    finally:
-        atomic_write_text(_state_path(home), json.dumps(state, indent=1))
+    report = TickReport(home=str(home))
+    with home_lock(home, "noisycal tick", timeout=lock_timeout):
+        instance = instance_for(home)
+        _refuse_under_daemon(instance, "noisycal tick")
+        report.recovered = recover(home, instance)
+        state = _load_state(home)
+        try:
+            if automation and state.get("automation_cursor") is None:
+                _run_automation(defs, instance, state, report)  # the first evaluation only sets the baseline
+            for _ in range(max_rounds):
+                report.rounds += 1
+                n = _run_sensors(defs, instance, state, report) if sensors else 0
+                n += _run_automation(defs, instance, state, report) if automation else 0
+                if n == 0 or not automation:
+                    break
+        finally:
+            atomic_write_text(_state_path(home), json.dumps(state, indent=1))
+        _refresh_snapshot(report)
     return report
 
 
-def materialize_everything(home: str | Path, defs: dg.Definitions | None = None) -> TickReport:
+def _refuse_under_daemon(instance: dg.DagsterInstance, what: str) -> None:
+    """The daemon runs the sensors, the automation and the run queue: a second, in-process runner beside it
+    would evaluate the same sensors with its own cursors and bypass the queue."""
+    if daemon_running(instance):
+        raise HomeBusy(
+            f"a dagster-daemon is running for this home (noisycal serve / noisycal ui): it already runs the "
+            f"sensors and automation; `{what}` would bypass its run queue. Launch runs from the UI "
+            "(Assets -> Materialize), or stop the service first"
+        )
+
+
+def _refresh_snapshot(report: TickReport) -> None:
+    """Refresh the read-only warehouse copy after a tick/materialize that ran something (orchestration.snapshot)."""
+    if not any(r["success"] and not r.get("skipped") for r in report.runs):
+        return
+    from orchestration.snapshot import refresh_snapshot
+
+    try:
+        path = refresh_snapshot(report.home)
+    except Exception as exc:  # a busy warehouse: the next run refreshes it
+        report.runs.append(
+            {
+                "reason": "snapshot",
+                "assets": [],
+                "partition": None,
+                "success": False,
+                "run_id": None,
+                "errors": [f"warehouse snapshot not refreshed: {exc}"],
+            }
+        )
+        return
+    report.snapshot = str(path) if path else None
+
+
+def materialize_everything(
+    home: str | Path, defs: dg.Definitions | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+) -> TickReport:
     """Materialise every asset for every known partition (used after a tick to fill anything still missing)."""
     if defs is None:
         from definitions import build_definitions
 
         defs = build_definitions(home)
-    instance = instance_for(home)
-    report = TickReport()
-    graph = defs.resolve_asset_graph()
-    levels = _topological_levels(defs)
-    groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)
-    for key in graph.materializable_asset_keys:
-        pdef = graph.get(key).partitions_def
-        if pdef is None:
-            groups[(levels[key], "", "")].append(key)
-            continue
-        for pk in instance.get_dynamic_partitions(pdef.name):
-            groups[(levels[key], pdef.name, pk)].append(key)
-    for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
+    report = TickReport(home=str(home))
+    with home_lock(home, "noisycal materialize", timeout=lock_timeout):
+        instance = instance_for(home)
+        _refuse_under_daemon(instance, "noisycal materialize")
+        report.recovered = recover(home, instance)
+        graph = defs.resolve_asset_graph()
+        levels = _topological_levels(defs)
+        groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)
+        for key in graph.materializable_asset_keys:
+            pdef = graph.get(key).partitions_def
+            if pdef is None:
+                groups[(levels[key], "", "")].append(key)
+                continue
+            for pk in instance.get_dynamic_partitions(pdef.name):
+                groups[(levels[key], pdef.name, pk)].append(key)
+        for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+            _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
+        _refresh_snapshot(report)
     return report

@@ -67,6 +67,8 @@ SENSORS = [
     "generations_sensor",
     "model_version_sensor",
     "reference_sensor",
+    "settings_sensor",
+    "snapshot_sensor",
 ]
 
 

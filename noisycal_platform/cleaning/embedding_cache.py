@@ -131,10 +131,12 @@ def train_or_reuse_encoder(
     dataset_hash: str,
     config: EncoderConfig,
     artifacts: str | os.PathLike[str],
+    progress: Callable[[dict], None] | None = None,
 ) -> EncoderArtifact:
     """The dataset's encoder: the indexed weights when (dataset_hash, config.config_hash) was trained before and
     its file exists, else DINO trained from random initialisation (seed 001 §3.6) on ``image_paths`` (in
     embedding-row order), stored content-addressed and indexed. ``images_per_second`` = N·epochs / seconds.
+    ``progress`` is passed to ``train_encoder`` (one call per epoch).
     """
     from noisycal_platform.cleaning.encoder import save_encoder, train_encoder
     from noisycal_platform.cleaning.images import load_images
@@ -146,7 +148,7 @@ def train_or_reuse_encoder(
         return found
     pixels = load_images(list(image_paths), config.image_size)
     start = time.perf_counter()
-    encoder = train_encoder(pixels, config)
+    encoder = train_encoder(pixels, config, progress=progress)
     seconds = time.perf_counter() - start
     sha, path = save_encoder(encoder, artifacts)
     trained = EncoderArtifact(

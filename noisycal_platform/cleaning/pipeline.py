@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -514,15 +514,21 @@ def encoder_config(
 
 
 def ssl_encoder_table(
-    images: pl.DataFrame, config: EncoderConfig, *, preset: str, artifacts: str | os.PathLike[str]
+    images: pl.DataFrame,
+    config: EncoderConfig,
+    *,
+    preset: str,
+    artifacts: str | os.PathLike[str],
+    progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
-    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6)."""
+    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6); ``progress``
+    receives one event per training epoch."""
     from noisycal_platform.cleaning.embedding_cache import train_or_reuse_encoder
 
     dataset_hash = str(images["dataset_hash"][0])
     found: EncoderArtifact = train_or_reuse_encoder(
-        images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts
+        images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
     )
     row = {
         "dataset_hash": dataset_hash,
@@ -540,10 +546,16 @@ def ssl_encoder_table(
 
 
 def embeddings_table(
-    images: pl.DataFrame, encoder: Mapping[str, Any], cache_dir: str | os.PathLike[str], *, device: str
+    images: pl.DataFrame,
+    encoder: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str],
+    *,
+    device: str,
+    timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
 ) -> tuple[pl.DataFrame, bool]:
     """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
-    the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash."""
+    the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash.
+    ``timed(label, n_items, fn)``, when given, runs the DINO forward pass ``fn`` and reports its progress."""
     from noisycal_platform.cleaning.baseline import baseline_embedding
     from noisycal_platform.cleaning.embedding_cache import cached_embeddings
     from noisycal_platform.cleaning.encoder import EncoderConfig, embed, load_encoder
@@ -560,7 +572,9 @@ def embeddings_table(
 
     def dino() -> np.ndarray:
         model = load_encoder(encoder["artifact"], expected_sha256=encoder["sha256"], device=device)
-        return embed(model, pixels_once())
+        if timed is None:
+            return embed(model, pixels_once())
+        return timed("embeddings (dino)", ordered.height, lambda: embed(model, pixels_once()))
 
     dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
     emb, hit = cached_embeddings(cache_dir, dataset_hash, f"dino-{encoder['sha256'][:32]}", dino, n_rows=n)

@@ -1,12 +1,14 @@
 """Sensors through their cases, and the full automation path through ``tick`` (sensor -> run -> eager)."""
 
 import json
+import os
 import shutil
 
 import dagster as dg
 import pytest
 
 from assets.automation import annotation_sensor, model_version_sensor
+from assets.policy import EAGER, EAGER_PARTITIONED
 from definitions import build_definitions
 from noisycal_platform.io import sha256_file
 from orchestration.runner import instance_for, tick
@@ -142,3 +144,136 @@ def test_new_model_folder_creates_partition_and_loads_predictions(defs, layout):
     assert report.partitions_added == {"model_versions": ["v1"]}
     assert instance_for(layout.home).get_dynamic_partitions("model_versions") == ["v1"]
     assert [r["partition"] for r in _runs_of(report, "raw/predictions")] == ["v1"]
+
+
+def test_predictions_replaced_in_place_are_requested_again_by_content(defs, layout):
+    (layout.models / "v7").mkdir()
+    pred = layout.models / "v7" / "predictions.csv"
+    pred.write_text("item_id,score\na,0.5\n")
+    r1 = model_version_sensor(_ctx(defs, layout, name="model_version_sensor"))
+    assert [rr.run_key for rr in r1.run_requests] == ["model-v7"]
+    instance_for(layout.home).add_dynamic_partitions("model_versions", ["v7"])
+    # same bytes, new mtime: nothing
+    os.utime(pred, ns=(pred.stat().st_atime_ns, pred.stat().st_mtime_ns + 10**9))
+    r2 = model_version_sensor(_ctx(defs, layout, cursor=r1.cursor, name="model_version_sensor"))
+    assert not r2.run_requests
+    # a fixed file written over the old one: one run for v7, keyed by the new content hash (never a spent key)
+    pred.write_text("item_id,score\na,0.25\n")
+    r3 = model_version_sensor(_ctx(defs, layout, cursor=r2.cursor, name="model_version_sensor"))
+    assert [(rr.partition_key, rr.run_key) for rr in r3.run_requests] == [("v7", f"model-v7-{sha256_file(pred)[:16]}")]
+    assert not r3.dynamic_partitions_requests
+    r4 = model_version_sensor(_ctx(defs, layout, cursor=r3.cursor, name="model_version_sensor"))
+    assert not r4.run_requests
+
+
+# ------------------------------------------------------------------ automation conditions on a toy graph
+PARTS = dg.DynamicPartitionsDefinition(name="toy_versions")
+
+
+def _toy_defs(fail_partition: str | None = None) -> dg.Definitions:
+    @dg.asset(partitions_def=PARTS)
+    def scores(context: dg.AssetExecutionContext) -> None:
+        if context.partition_key == fail_partition:
+            raise dg.Failure("bad predictions file", allow_retries=False)
+
+    @dg.asset(partitions_def=PARTS, deps=[scores], automation_condition=EAGER_PARTITIONED)
+    def per_version() -> None:
+        return None
+
+    @dg.asset(deps=[scores], automation_condition=EAGER)
+    def fan_in_report() -> None:
+        return None
+
+    @dg.asset
+    def root() -> None:
+        return None
+
+    # a partitioned stage (per version): under the daemon it runs apart from the unpartitioned report
+    @dg.asset(partitions_def=PARTS, deps=[root], automation_condition=EAGER_PARTITIONED, group_name="calibration")
+    def middle() -> None:
+        return None
+
+    @dg.asset(
+        partitions_def=PARTS, deps=[middle, root], automation_condition=EAGER_PARTITIONED, group_name="calibration"
+    )
+    def middle_2() -> None:
+        return None
+
+    @dg.asset(deps=[root, middle, middle_2], automation_condition=EAGER)
+    def reads_both() -> None:
+        return None
+
+    return dg.Definitions(assets=[scores, per_version, fan_in_report, root, middle, middle_2, reads_both])
+
+
+def _asked(result, name: str) -> list:
+    key = dg.AssetKey(name)
+    if result.get_num_requested(key) == 0:
+        return []
+    return sorted(result.get_requested_partitions(key) or [None], key=str)
+
+
+def test_a_failed_input_partition_stops_its_partition_but_not_the_fan_in_report():
+    defs = _toy_defs(fail_partition="v2")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("toy_versions", ["v1", "v2"])
+        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        for pk in ("v1", "v2"):
+            dg.materialize(defs.assets, selection=["scores"], partition_key=pk, instance=instance, raise_on_error=False)
+        r1 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
+        assert _asked(r1, "per_version") == ["v1"]  # v2's input failed: no misleading downstream error
+        assert _asked(r1, "fan_in_report") == [None]  # rebuilt from the good partition, not frozen
+
+
+def test_an_asset_reading_two_stages_of_a_chain_runs_once_after_both():
+    defs = _toy_defs()
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("toy_versions", ["v1"])
+        dg.materialize(defs.assets, selection=["root"], instance=instance)
+        dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
+        dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
+        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance)
+        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
+        assert r0.total_requested == 0
+        dg.materialize(defs.assets, selection=["root"], instance=instance)
+        r1 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
+        # stock eager() (and a will_be_requested gate, which ignores inputs that run in another run) requests
+        # reads_both now, beside the per-version chain, and publishes it with stale inputs
+        assert _asked(r1, "middle") == ["v1"] and _asked(r1, "middle_2") == ["v1"]
+        assert _asked(r1, "reads_both") == []
+        dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
+        r2 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r1.cursor)
+        assert _asked(r2, "reads_both") == [None]
+        dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
+        r3 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r2.cursor)
+        assert r3.total_requested == 0  # once per upstream change
+
+
+def test_runner_does_not_run_what_depends_on_a_failure_in_the_same_tick(tmp_path):
+    from orchestration.runner import materialize_everything
+
+    home = tmp_path / "home"
+    defs = _toy_defs(fail_partition="v2")
+    instance_for(home).add_dynamic_partitions("toy_versions", ["v1", "v2"])
+    report = materialize_everything(home, defs=defs)
+    by = {(a, r["partition"]): r for r in report.runs for a in r["assets"]}
+    assert not by[("scores", "v2")]["success"]
+    assert (
+        by[("per_version", "v2")].get("skipped") and "upstream asset failed" in by[("per_version", "v2")]["errors"][0]
+    )
+    assert by[("per_version", "v1")]["success"] and not by[("per_version", "v1")].get("skipped")
+    assert by[("fan_in_report", None)]["success"] and not by[("fan_in_report", None)].get("skipped")
+
+
+def test_a_changed_settings_file_requests_the_calibration_rerun_per_version(defs, layout):
+    from assets.automation import settings_sensor
+
+    instance_for(layout.home).add_dynamic_partitions("model_versions", ["v1", "v2"])
+    r0 = settings_sensor(_ctx(defs, layout, name="settings_sensor"))
+    assert not r0.run_requests and r0.cursor == "absent"  # the first evaluation is the baseline
+    (layout.home / "settings.json").write_text('{"nc_ece_limit": 0.05}')
+    r1 = settings_sensor(_ctx(defs, layout, cursor=r0.cursor, name="settings_sensor"))
+    assert sorted(rr.partition_key for rr in r1.run_requests) == ["v1", "v2"]
+    assert {k.to_user_string() for k in r1.run_requests[0].asset_selection} >= {"calibration/nc_ece_report"}
+    r2 = settings_sensor(_ctx(defs, layout, cursor=r1.cursor, name="settings_sensor"))
+    assert not r2.run_requests

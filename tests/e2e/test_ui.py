@@ -70,7 +70,11 @@ def test_ui_serves_the_asset_graph_with_lineage(tmp_path):
         }
         assert "cleaning/confirmed_issues" in nodes["cleaning/cleaned_file_list"]
         # the DAGSTER_HOME the UI uses lives in the platform home, with the duckdb pool limited to one slot
-        assert "default_limit: 1" in (tmp_path / "home" / "dagster" / "dagster.yaml").read_text()
+        written = (tmp_path / "home" / "dagster" / "dagster.yaml").read_text()
+        assert "default_limit: 1" in written
+        assert "nux:\n  enabled: false" in written and "telemetry:\n  enabled: false" in written
+        # what the UI asks before its first-visit community sign-up dialog (links to external sites)
+        assert _graphql(port, "{ shouldShowNux }")["data"]["shouldShowNux"] is False
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:

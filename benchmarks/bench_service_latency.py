@@ -1,0 +1,126 @@
+"""Latency of the service (``noisycal serve``: webserver + daemon) from a dropped annotation batch to the final
+calibration report, over three drops: time to ingestion (raw/annotations), to calibration/nc_ece_report[v1],
+to the last reports/calibration publication, and how many times reports/calibration was published per drop.
+
+    python benchmarks/bench_service_latency.py [--drops 3] [--timeout 600]
+
+Each drop is one third of the demo's held-back annotation pairs, moved into the inbox by atomic rename.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import dagster as dg  # noqa: E402
+
+from noisycal_platform.calibration.demo_data import _annotations, write_demo_calibration_inputs  # noqa: E402
+from orchestration.instance import instance_for  # noqa: E402
+
+KEYS = {
+    "ingested": dg.AssetKey(["raw", "annotations"]),
+    "nc_ece_report": dg.AssetKey(["calibration", "nc_ece_report"]),
+    "report": dg.AssetKey(["reports", "calibration"]),
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _materialisations_after(instance, key, t0: float) -> list[float]:
+    records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key, after_timestamp=t0), limit=50)
+    return sorted(r.timestamp for r in records.records)
+
+
+def _busy(instance) -> bool:
+    active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    return bool(instance.get_run_records(filters=dg.RunsFilter(statuses=active), limit=1))
+
+
+def _wait_quiet(instance, key, t0: float, timeout: float, quiet: float = 45.0) -> list[float]:
+    """Wait until ``key`` was materialised after ``t0`` and nothing ran for ``quiet`` seconds."""
+    deadline = time.time() + timeout
+    last_busy = time.time()
+    while time.time() < deadline:
+        if _busy(instance):
+            last_busy = time.time()
+        elif _materialisations_after(instance, key, t0) and time.time() - last_busy > quiet:
+            return _materialisations_after(instance, key, t0)
+        time.sleep(1.0)
+    raise TimeoutError(f"{key.to_user_string()} not final within {timeout:.0f} s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--drops", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=600)
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="noisycal-latency-")) / "home"
+    write_demo_calibration_inputs(home, seed=0)
+    ann, held = _annotations(0)
+    later = ann.filter(held)
+    chunks = [later[i :: args.drops] for i in range(args.drops)]
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    rows = []
+    try:
+        instance = instance_for(home)
+        t_start = time.time()
+        _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2)
+        print(f"initial build done after {time.time() - t_start:.0f} s", flush=True)
+        for i, chunk in enumerate(chunks, 1):
+            tmp = home / "inbox" / "annotations" / f".drop_{i}.csv.tmp"
+            chunk.write_csv(tmp)
+            t0 = time.time()
+            os.replace(tmp, tmp.with_name(f"drop_{i}.csv"))
+            published = _wait_quiet(instance, KEYS["report"], t0, args.timeout)
+            ingested = _materialisations_after(instance, KEYS["ingested"], t0)
+            ece = _materialisations_after(instance, KEYS["nc_ece_report"], t0)
+            rows.append(
+                {
+                    "drop": i,
+                    "rows": chunk.height,
+                    "ingested_s": ingested[0] - t0 if ingested else float("nan"),
+                    "nc_ece_report_s": ece[-1] - t0 if ece else float("nan"),
+                    "report_final_s": published[-1] - t0,
+                    "report_publications": len(published),
+                }
+            )
+            print(rows[-1], flush=True)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            serve.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(serve.pid, signal.SIGKILL)
+    print("| drop | rows | ingested (s) | nc_ece_report[v1] (s) | reports/calibration final (s) | publications |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['drop']} | {r['rows']} | {r['ingested_s']:.1f} | {r['nc_ece_report_s']:.1f} | "
+              f"{r['report_final_s']:.1f} | {r['report_publications']} |")
+    for k in ("ingested_s", "nc_ece_report_s", "report_final_s"):
+        print(f"median {k}: {statistics.median(r[k] for r in rows):.1f}")
+    print(f"load average at the end: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

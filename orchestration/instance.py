@@ -1,0 +1,329 @@
+"""The platform's Dagster instance: one ``dagster.yaml`` for every entry point, crash recovery, one runner per home.
+
+- ``write_dagster_yaml``: the instance settings every command (``ui``, ``serve``, ``tick``, ``demo``,
+  ``materialize``) writes, so the daemon, the UI and the in-process runner share them. Keys are those of the
+  dagster.yaml reference (docs.dagster.io/guides/deploy/dagster-yaml): ``telemetry``, ``nux`` (the UI's
+  first-visit community sign-up dialog), ``concurrency`` (pools and the run queue), ``run_monitoring``
+  (docs.dagster.io/deployment/execution/run-monitoring), ``run_retries``
+  (docs.dagster.io/deployment/execution/run-retries) and ``retention``.
+- ``recover``: runs of the in-process runner carry their process id and host as run tags; a run still
+  STARTED whose process is gone (SIGKILL, OOM) is marked failed through ``DagsterInstance.report_run_failed``,
+  and the pool slots held by finished runs are released with the event-log storage's
+  ``free_concurrency_slots_for_run`` (what Dagster's run-monitoring daemon and the UI's "free concurrency
+  slots" action call). Each recovery is appended to ``dagster/recovered.jsonl`` for ``noisycal status``.
+- ``home_lock``: one in-process runner per home at a time (an ``flock`` the kernel drops when the holder
+  dies), waited for with a bound and a clear message, interruptible by SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+from dagster._core.storage.dagster_run import FINISHED_STATUSES, NOT_FINISHED_STATUSES, RunsFilter
+
+from noisycal_platform.io import atomic_write_text
+from noisycal_platform.paths import HomeLayout
+from orchestration.errors import HomeBusy
+
+__all__ = [
+    "DAGSTER_YAML",
+    "HOST_TAG",
+    "PID_TAG",
+    "HomeBusy",
+    "daemon_running",
+    "dagster_home",
+    "home_lock",
+    "instance_for",
+    "latest_failures",
+    "process_tags",
+    "recent_recoveries",
+    "recover",
+    "wait_for_pools",
+    "write_dagster_yaml",
+]
+
+PID_TAG = "noisycal/pid"
+HOST_TAG = "noisycal/host"
+START_TAG = "noisycal/pid_start"
+
+#: Seconds a finished run may keep a pool slot before the daemon frees it, and the wait for a busy home.
+FREE_SLOTS_AFTER_RUN_END_SECONDS = 10
+DEFAULT_LOCK_TIMEOUT_SECONDS = 600.0
+
+DAGSTER_YAML = f"""\
+# Written by noisycal (orchestration/instance.py) for every entry point; edits here are overwritten.
+# Offline clinic: no telemetry, no first-visit community dialog (it links to external sites).
+telemetry:
+  enabled: false
+nux:
+  enabled: false
+concurrency:
+  pools:
+    # every warehouse asset is in the "duckdb" pool: one DuckDB writer at a time
+    default_limit: 1
+  runs:
+    # the run queue (QueuedRunCoordinator, run by the daemon)
+    max_concurrent_runs: 4
+# the daemon marks crashed run workers failed and frees the pool slots of finished runs
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  cancel_timeout_seconds: 180
+  max_resume_run_attempts: 0
+  poll_interval_seconds: 30
+  free_slots_after_run_end_seconds: {FREE_SLOTS_AFTER_RUN_END_SECONDS}
+# a run whose worker crashed is retried as a new run; step failures retry through the assets' retry policy
+run_retries:
+  enabled: true
+  max_retries: 2
+  retry_on_asset_or_op_failure: false
+retention:
+  schedule:
+    purge_after_days: 30
+  sensor:
+    purge_after_days:
+      skipped: 7
+      failure: 30
+      success: 30
+  auto_materialize:
+    purge_after_days:
+      skipped: 7
+      failure: 30
+      success: 30
+"""
+
+
+def write_dagster_yaml(path: str | Path) -> Path:
+    """Create ``path`` (a ``DAGSTER_HOME``) and write the platform's ``dagster.yaml`` into it if it differs."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = path / "dagster.yaml"
+    if not cfg.is_file() or cfg.read_text(encoding="utf-8") != DAGSTER_YAML:
+        atomic_write_text(cfg, DAGSTER_YAML)
+    return path
+
+
+def dagster_home(home: str | Path) -> Path:
+    """``$NOISYCAL_HOME/dagster``, created, with the platform's ``dagster.yaml``."""
+    return write_dagster_yaml(HomeLayout.at(home).home / "dagster")
+
+
+def instance_for(home: str | Path) -> dg.DagsterInstance:
+    """A persistent instance under ``$NOISYCAL_HOME/dagster`` (runs, partitions and cursors survive)."""
+    return dg.DagsterInstance.from_config(str(dagster_home(home)))
+
+
+# ------------------------------------------------------------------------------------------ process identity
+def _process_start(pid: int) -> str:
+    """Start time of ``pid`` in clock ticks since boot (field 22 of /proc/<pid>/stat, proc(5)); '' if unknown.
+
+    Together with the pid it identifies a process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_tags() -> dict[str, str]:
+    """Run tags naming the process that executes the run (read by ``recover``)."""
+    pid = os.getpid()
+    return {PID_TAG: str(pid), HOST_TAG: socket.gethostname(), START_TAG: _process_start(pid)}
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not start or _process_start(pid) in ("", start)
+
+
+def _dead_runner(run: dg.DagsterRun) -> bool:
+    tags = run.tags
+    if tags.get(HOST_TAG) != socket.gethostname() or not tags.get(PID_TAG, "").isdigit():
+        return False  # not ours (the daemon's run monitoring watches those) or another machine's
+    return not _alive(int(tags[PID_TAG]), tags.get(START_TAG, ""))
+
+
+# ------------------------------------------------------------------------------------------------- recovery
+def _recovery_log(home: str | Path) -> Path:
+    return dagster_home(home) / "recovered.jsonl"
+
+
+def recover(home: str | Path, instance: dg.DagsterInstance | None = None) -> list[dict]:
+    """Mark runs of dead runner processes failed and free pool slots held by finished runs; returns the log."""
+    instance = instance or instance_for(home)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    recovered: list[dict] = []
+    for record in instance.get_run_records(filters=RunsFilter(statuses=NOT_FINISHED_STATUSES)):
+        run = record.dagster_run
+        if _dead_runner(run):
+            instance.report_run_failed(
+                run, message=f"noisycal: the process running this run (pid {run.tags[PID_TAG]}) is gone"
+            )
+            recovered.append({"at": now, "run_id": run.run_id, "action": "marked failed", "pid": run.tags[PID_TAG]})
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        held: dict[str, int] = {}
+        for pool in storage.get_concurrency_keys():
+            for slot in storage.get_concurrency_info(pool).claimed_slots:
+                held[slot.run_id] = held.get(slot.run_id, 0) + 1
+        run_ids = sorted(set(held) | set(storage.get_concurrency_run_ids()))
+        if run_ids:
+            finished = instance.get_run_records(filters=RunsFilter(run_ids=run_ids, statuses=FINISHED_STATUSES))
+            for record in finished:
+                run_id = record.dagster_run.run_id
+                storage.free_concurrency_slots_for_run(run_id)  # frees its claimed slots and pending claims
+                action = f"freed {held[run_id]} pool slot(s)" if held.get(run_id) else "dropped pending pool claims"
+                recovered.append({"at": now, "run_id": run_id, "action": action})
+    if recovered:
+        with _recovery_log(home).open("a", encoding="utf-8") as fh:
+            for entry in recovered:
+                fh.write(json.dumps(entry) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    return recovered
+
+
+def recent_recoveries(home: str | Path, n: int = 5) -> list[dict]:
+    path = HomeLayout.at(home).home / "dagster" / "recovered.jsonl"
+    if not path.is_file():
+        return []
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return [json.loads(ln) for ln in lines[-n:]]
+
+
+def wait_for_pools(
+    home: str | Path, instance: dg.DagsterInstance, timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+) -> None:
+    """Wait (sleeping, at most ``timeout`` s) until no other run holds a pool slot, recovering dead holders.
+
+    Dagster's in-process executor polls a blocked pool without sleeping and without checking for signals,
+    so the runner waits here, before it starts a run, instead."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        holders = set(storage.get_concurrency_run_ids())
+        if not holders:
+            return
+        recover(home, instance)
+        holders = set(storage.get_concurrency_run_ids())
+        if not holders:
+            return
+        if time.monotonic() >= deadline:
+            raise HomeBusy(
+                f"the warehouse pool is still held by run(s) {', '.join(sorted(holders))} after {timeout:.0f} s "
+                "(see them in the Dagster UI, or `noisycal status`); nothing was started"
+            )
+        if not told:
+            print(f"waiting for run(s) {', '.join(sorted(holders))} to release the warehouse pool", flush=True)
+            told = True
+        time.sleep(1.0)
+
+
+# ---------------------------------------------------------------------------------------------- home lock
+@contextmanager
+def home_lock(home: str | Path, what: str, timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS) -> Iterator[None]:
+    """Hold the home's runner lock for ``what``; wait at most ``timeout`` s (sleeping, so signals are honoured).
+
+    The lock is an ``flock`` on ``dagster/runner.lock``: the kernel releases it when the holder exits or is
+    killed, so a crashed runner never blocks the next one."""
+    dh = dagster_home(home)
+    lock_path = dh / "runner.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder_file = dh / "runner.holder"
+                holder = holder_file.read_text(encoding="utf-8").strip() if holder_file.is_file() else "?"
+                if time.monotonic() >= deadline:
+                    raise HomeBusy(
+                        f"{HomeLayout.at(home).home} is busy: another noisycal run ({holder}) still holds it after "
+                        f"{timeout:.0f} s; try again when it has finished"
+                    ) from None
+                if not told:
+                    print(f"waiting for another noisycal run on this home ({holder}) to finish", flush=True)
+                    told = True
+                time.sleep(0.5)
+        atomic_write_text(dh / "runner.holder", f"{what}, pid {os.getpid()}")
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
+
+
+# ------------------------------------------------------------------------------------------------- daemon
+DAEMON_FRESH_SECONDS = 90.0
+
+
+def daemon_running(instance: dg.DagsterInstance, within: float = DAEMON_FRESH_SECONDS) -> bool:
+    """A ``dagster-daemon`` (``noisycal serve``, ``noisycal ui``) sent a heartbeat for this instance recently."""
+    now = time.time()
+    return any(now - hb.timestamp < within for hb in instance.get_daemon_heartbeats().values())
+
+
+# ------------------------------------------------------------------------------------------- failed partitions
+def _root_message(error) -> str:
+    while error is not None and error.cause is not None:
+        error = error.cause
+    if error is None:
+        return "unknown error"
+    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else (error.cls_name or "error")
+
+
+def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict]:
+    """(asset, partition) whose latest run failed, with the reason; a later successful run clears it."""
+    from dagster._core.events import DagsterEventType
+
+    settled: set[tuple[str, str | None]] = set()
+    failures: list[dict] = []
+    for record in instance.get_run_records(limit=limit):  # newest first
+        run = record.dagster_run
+        if run.status not in FINISHED_STATUSES:
+            continue
+        partition = run.tags.get("dagster/partition")
+        selected = sorted(k.to_user_string() for k in run.asset_selection or ()) or sorted(
+            {
+                e.dagster_event.asset_key.to_user_string()
+                for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+                if e.dagster_event.asset_key is not None
+            }
+        )
+        reasons: dict[str, str] = {}
+        if run.status == dg.DagsterRunStatus.FAILURE:
+            for event in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
+                step = event.dagster_event.step_key or ""
+                reasons[step.replace("__", "/")] = _root_message(event.dagster_event.event_specific_data.error)
+            if not reasons:
+                run_failures = instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)
+                message = run_failures[-1].dagster_event.message if run_failures else "run failed"
+                reasons = {k: message or "run failed" for k in selected or [run.job_name]}
+        for key in selected or sorted(reasons):
+            if (key, partition) in settled:
+                continue
+            settled.add((key, partition))
+            if key in reasons:
+                failures.append(
+                    {"asset": key, "partition": partition, "run_id": run.run_id, "reason": reasons[key]}
+                )
+    return failures

@@ -1,0 +1,103 @@
+"""``noisycal serve``: the Dagster webserver and daemon for one home, as one supervised service.
+
+Both children get ``NOISYCAL_HOME`` and ``DAGSTER_HOME`` (created, with the platform's ``dagster.yaml``) and
+load ``workspace.yaml``. Each runs in its own process group with SIGINT/SIGTERM at their defaults (a shell
+that backgrounds a command makes it ignore SIGINT, and Dagster then ignores SIGTERM too). On SIGTERM or
+SIGINT the supervisor sends SIGTERM to both groups, waits ``stop_timeout`` seconds, then SIGKILLs what is
+left; if one child dies, the other is stopped and the service exits non-zero (systemd restarts it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from noisycal_platform.paths import HOME_ENV, HomeLayout
+from orchestration.instance import dagster_home
+
+__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "service_commands"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WORKSPACE = REPO_ROOT / "workspace.yaml"
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def service_commands(host: str, port: int) -> dict[str, list[str]]:
+    """The two long-running commands (also what the README's systemd units run through ``noisycal serve``)."""
+    return {
+        "webserver": [_bin("dagster-webserver"), "-h", host, "-p", str(port), "-w", str(WORKSPACE)],
+        "daemon": [_bin("dagster-daemon"), "run", "-w", str(WORKSPACE)],
+    }
+
+
+def service_env(home: str | Path) -> dict[str, str]:
+    home = HomeLayout.at(home).ensure().home
+    return dict(os.environ, **{HOME_ENV: str(home), "DAGSTER_HOME": str(dagster_home(home))})
+
+
+def _default_signals() -> None:  # runs in the child between fork and exec
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _stop(children: dict[str, subprocess.Popen], timeout: float) -> None:
+    for proc in children.values():
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout
+    for proc in children.values():
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in children.values():  # the group: also the code servers the daemon and webserver started
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+
+
+def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_timeout: float = 30.0) -> int:
+    """Run webserver + daemon until SIGTERM/SIGINT (returns 0) or until a child dies (returns 1)."""
+    env = service_env(home)
+    stop = {"signal": None}
+
+    def _on_signal(signum, _frame):
+        stop["signal"] = signum
+
+    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    children: dict[str, subprocess.Popen] = {}
+    try:
+        for name, cmd in service_commands(host, port).items():
+            children[name] = subprocess.Popen(
+                cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
+            )
+        print(
+            f"noisycal serve: Dagster UI on http://{host}:{port}, daemon running "
+            f"(DAGSTER_HOME={env['DAGSTER_HOME']}); pids "
+            + ", ".join(f"{n} {p.pid}" for n, p in children.items()),
+            flush=True,
+        )
+        while stop["signal"] is None:
+            dead = [n for n, p in children.items() if p.poll() is not None]
+            if dead:
+                print(f"noisycal serve: {', '.join(dead)} exited; stopping the service", file=sys.stderr, flush=True)
+                return 1
+            time.sleep(0.5)
+        print(f"noisycal serve: {signal.Signals(stop['signal']).name} received, stopping", flush=True)
+        return 0
+    finally:
+        _stop(children, stop_timeout)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
