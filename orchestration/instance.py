@@ -28,11 +28,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.dagster_run import FINISHED_STATUSES, NOT_FINISHED_STATUSES, RunsFilter
 
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
+
+_RS = dg.DagsterRunStatus
+#: Dagster's own split of run statuses (finished: nothing will change them), spelled with the public enum.
+FINISHED_STATUSES = [_RS.SUCCESS, _RS.FAILURE, _RS.CANCELED]
+NOT_FINISHED_STATUSES = [s for s in _RS if s not in FINISHED_STATUSES and s is not _RS.MANAGED]
 
 __all__ = [
     "DAGSTER_YAML",
@@ -167,7 +171,7 @@ def recover(home: str | Path, instance: dg.DagsterInstance | None = None) -> lis
     instance = instance or instance_for(home)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     recovered: list[dict] = []
-    for record in instance.get_run_records(filters=RunsFilter(statuses=NOT_FINISHED_STATUSES)):
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=NOT_FINISHED_STATUSES)):
         run = record.dagster_run
         if _dead_runner(run):
             instance.report_run_failed(
@@ -182,7 +186,7 @@ def recover(home: str | Path, instance: dg.DagsterInstance | None = None) -> lis
                 held[slot.run_id] = held.get(slot.run_id, 0) + 1
         run_ids = sorted(set(held) | set(storage.get_concurrency_run_ids()))
         if run_ids:
-            finished = instance.get_run_records(filters=RunsFilter(run_ids=run_ids, statuses=FINISHED_STATUSES))
+            finished = instance.get_run_records(filters=dg.RunsFilter(run_ids=run_ids, statuses=FINISHED_STATUSES))
             for record in finished:
                 run_id = record.dagster_run.run_id
                 storage.free_concurrency_slots_for_run(run_id)  # frees its claimed slots and pending claims
@@ -293,7 +297,6 @@ def _root_message(error) -> str:
 
 def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict]:
     """(asset, partition) whose latest run failed, with the reason; a later successful run clears it."""
-    from dagster._core.events import DagsterEventType
 
     settled: set[tuple[str, str | None]] = set()
     failures: list[dict] = []
@@ -305,17 +308,17 @@ def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict
         selected = sorted(k.to_user_string() for k in run.asset_selection or ()) or sorted(
             {
                 e.dagster_event.asset_key.to_user_string()
-                for e in instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
+                for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED)
                 if e.dagster_event.asset_key is not None
             }
         )
         reasons: dict[str, str] = {}
         if run.status == dg.DagsterRunStatus.FAILURE:
-            for event in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_FAILURE):
+            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
                 step = event.dagster_event.step_key or ""
                 reasons[step.replace("__", "/")] = _root_message(event.dagster_event.event_specific_data.error)
             if not reasons:
-                run_failures = instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)
+                run_failures = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
                 message = run_failures[-1].dagster_event.message if run_failures else "run failed"
                 reasons = {k: message or "run failed" for k in selected or [run.job_name]}
         for key in selected or sorted(reasons):

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from dagster._serdes import deserialize_value, serialize_value  # the daemon's own cursor encoding
 
 from noisycal_platform.io import atomic_write_text
 from orchestration.errors import HomeBusy
@@ -183,9 +182,9 @@ def _topological_levels(defs) -> dict[dg.AssetKey, int]:
 
 
 def _run_automation(defs, instance, state, report: TickReport) -> int:
-    cursor = deserialize_value(state["automation_cursor"]) if state.get("automation_cursor") else None
+    cursor = dg.deserialize_value(state["automation_cursor"]) if state.get("automation_cursor") else None
     result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
-    state["automation_cursor"] = serialize_value(result.cursor)
+    state["automation_cursor"] = dg.serialize_value(result.cursor)
     if result.total_requested == 0:
         return 0
     graph = defs.resolve_asset_graph()

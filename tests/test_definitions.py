@@ -125,13 +125,14 @@ def test_quality_monitor_schedule_requests_a_run(tmp_path):
 
 
 def test_the_shell_uses_only_public_dagster_modules():
-    """assets/, resources/ and definitions.py import no private module (``dagster._core`` & co.), so a Dagster
-    upgrade cannot break them silently through an internal API."""
+    """assets/, resources/, orchestration/ and definitions.py import no private module (``dagster._core`` & co.),
+    so a Dagster upgrade cannot break them silently through an internal API."""
     import ast
     from pathlib import Path
 
     repo = Path(__file__).resolve().parents[1]
-    files = [*(repo / "assets").rglob("*.py"), *(repo / "resources").rglob("*.py"), repo / "definitions.py"]
+    dirs = ("assets", "resources", "orchestration")
+    files = [p for d in dirs for p in (repo / d).rglob("*.py")] + [repo / "definitions.py"]
     private = {}
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -143,3 +144,14 @@ def test_the_shell_uses_only_public_dagster_modules():
             if bad:
                 private.setdefault(str(path.relative_to(repo)), []).extend(bad)
     assert private == {}
+
+
+def test_run_status_split_matches_dagster():
+    """orchestration.instance spells Dagster's finished / not-finished run statuses with the public enum; this
+    fails loudly if a Dagster upgrade changes its own split (the one place a private name is read)."""
+    from dagster._core.storage.dagster_run import FINISHED_STATUSES, NOT_FINISHED_STATUSES
+
+    from orchestration import instance
+
+    assert set(instance.FINISHED_STATUSES) == set(FINISHED_STATUSES)
+    assert set(instance.NOT_FINISHED_STATUSES) == set(NOT_FINISHED_STATUSES)
