@@ -1,4 +1,4 @@
-"""DINO training throughput on CPU (images/s per epoch) for the DEMO and PAPER presets (issue 3 §4).
+"""DINO training throughput on CPU (images/s per epoch) for the DEMO and PAPER presets (seed 001 §3.6, App. E).
 
 * DEMO: trains the full preset on the digits demo dataset (1,480 images, 32 px) and reports the
   measured images/s per epoch and the total time.
@@ -7,8 +7,8 @@
   (removes the fixed start-up cost), then EXTRAPOLATE to images/s and to the time of one epoch and of
   500 epochs for N images. The batch is smaller than the paper's 64 (memory/time); per-image cost of a
   ViT step is close to linear in the batch on CPU, which is the assumption of the extrapolation.
-* Peer: no DINO implementation can be installed here (lightly/timm/torchvision are unavailable,
-  STACK.md), so the reference printed beside each figure is our own forward-only embedding throughput
+* Peer: no DINO implementation can be installed here (lightly/timm/torchvision are unavailable
+  on this machine), so the reference printed beside each figure is our own forward-only embedding throughput
   with the same network, measured in the same run (training/embedding ratio).
 
 Run by hand:  nice -n 10 .venv/bin/python benchmarks/bench_dino_throughput.py [--paper-batch 8] [--threads 1]

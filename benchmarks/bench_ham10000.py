@@ -1,7 +1,7 @@
 """HAM10000 near-duplicate benchmark: DINO (HAM_CPU preset) vs the non-learned baseline, same run.
 
 Ground truth: the 3,207 same-lesion pairs of ../shared/data/ham10000_200x150/pairs_same_lesion.csv
-(issue 3 §4). For each embedding the pairs are ranked by d = (1 − cos)/2 ascending; we report
+(the dataset's lesion_id metadata). For each embedding the pairs are ranked by d = (1 − cos)/2 ascending; we report
 AP over the full ranking of all N(N−1)/2 pairs, AP@K (the same sum truncated at K), recall@K and
 precision@K for K = 1,000 and 3,207. An untrained (random-init) ViT is reported as a third reference.
 

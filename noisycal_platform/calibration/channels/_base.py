@@ -3,7 +3,7 @@
 Also the input encoding every estimator uses: an n×K annotation array (float with NaN = missing, or
 integer with -1 = missing) is turned once into int8 codes 0/1/2 (2 = missing) and then into per-item
 answer patterns ``p = Σ_j c_j·3^j``. With binary labels there are at most 3^K distinct patterns, so the
-EM estimators work on pattern counts instead of items (perf_anchors §3).
+EM estimators work on pattern counts instead of items (seed 000 §F.3).
 """
 
 from __future__ import annotations

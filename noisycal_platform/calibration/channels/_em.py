@@ -2,7 +2,7 @@
 
 One engine serves marginal Dawid–Skene (one group) and shared-channel score-group EM (G groups, a prior
 π_g per group, channels shared). Items are compressed to (group, pattern) cells with counts w_p, so an
-iteration costs O(P·K) with P ≤ G·3^K, whatever the number of items (seed 000 §F.3, perf_anchors §3).
+iteration costs O(P·K) with P ≤ G·3^K, whatever the number of items (seed 000 §F.3).
 
 E-step (log space, products over observed annotators only):
     log L1_p = Σ_j [c_pj=1] log(1−b_j) + [c_pj=0] log b_j + log π_g

@@ -1,4 +1,4 @@
-"""Tests for the DINO encoder, the non-learned baseline and the embedding cache (issue 3 §1)."""
+"""Tests for the DINO encoder, the non-learned baseline and the embedding cache (seed 001 §3.6)."""
 
 from __future__ import annotations
 
