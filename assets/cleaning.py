@@ -72,13 +72,16 @@ def ssl_encoder(
         settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
     )
     compute.apply_threads()
-    frame = cp.ssl_encoder_table(images, config, preset=settings.encoder_preset, artifacts=inbox.layout.artifacts)
+    frame = cp.ssl_encoder_table(images, config, preset=settings.encoder_preset, artifacts=inbox.layout.artifacts,
+                                 encoder=settings.encoder, checkpoint=settings.encoder_checkpoint,
+                                 views=settings.encoder_views)
     row = frame.row(0, named=True)
     return dg.Output(
         frame,
         metadata={
             "sha256": row["sha256"],
-            "preset": settings.encoder_preset,
+            "weights": row["artifact"],
+            "preset": row["preset"],
             "reused_cached_weights": row["reused"],
             "train_seconds": row["train_seconds"],
             "images_per_second": row["images_per_second"],
@@ -96,7 +99,9 @@ def embeddings(images: pl.DataFrame, ssl_encoder: pl.DataFrame, inbox: InboxReso
     encoder = ssl_encoder.row(0, named=True)
     frame, hit = cp.embeddings_table(images, encoder, inbox.layout.cache / "embeddings", device=compute.torch_device())
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
-    return dg.Output(frame, metadata={"images": images.height, **dims, "cache_hit": hit})
+    meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
+            "encoder_sha256": encoder["sha256"]}
+    return dg.Output(frame, metadata=meta)
 
 
 # ------------------------------------------------------------------------------------------- rankings
@@ -117,13 +122,16 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
 
 @CLEANING.asset(
     ins=_EMBEDDED_IN,
-    schema=cp.PAIR_RANKING_SCHEMA,
+    schema=cp.NEAR_DUPLICATE_SCHEMA,
     description="Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
-    "(no N×N matrix), per embedding kind (seed 001 §3.3).",
+    "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
+    "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
 )
 def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> dg.Output:
-    frame = cp.near_duplicate_table(images, embeddings, settings.near_duplicate_top_k)
-    return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k})
+    frame = cp.near_duplicate_rankings(images, embeddings, settings.near_duplicate_top_k,
+                                       rerank=settings.near_duplicate_rerank, k=settings.near_duplicate_k)
+    return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k,
+                                      "reranked": settings.near_duplicate_rerank})
 
 
 @CLEANING.asset(
