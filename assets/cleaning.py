@@ -281,7 +281,7 @@ def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.Da
     {"expert_lay_differences": DIFF_SCHEMA, "expert_lay_tests": TEST_SCHEMA},
     **AFTER_QUEUE,
     description="Expert vs lay raters: per reference expert κ(expert, expert) − κ(expert, lay), one-sided paired "
-    "sign-flip permutation test.",
+    "sign test (seed 001 §4.5), with the mean sign-flip permutation test as an extra column.",
 )
 def expert_vs_lay(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     diffs, tests = cp.expert_lay_table(_answers(confirmations, context.partition_key), seed=settings.seed)
