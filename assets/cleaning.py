@@ -1,7 +1,7 @@
 """Cleaning stage (seed 001, SelfClean protocol), one partition per image dataset.
 
 raw/images -> ssl_encoder -> embeddings -> rank_irrelevant, rank_near_duplicates, rank_label_errors
--> confirmation_queue (exported for the web tool) -> [raw/confirmations] -> confirmed_issues
+-> confirmation_queue (exported for the web tool) -> [raw/confirmations] -> confirmed_issues, annotation_sessions
 -> cleaned_file_list, label_error_prevalence, agreement, ranking_quality, annotation_speedup,
    stopping_sensitivity, expert_vs_lay, cleaning_impact; ranking_vs_truth where the dataset ships a truth.json.
 Each body reads, calls one function of ``noisycal_platform.cleaning.pipeline`` and returns; the warehouse adds
@@ -201,6 +201,25 @@ def confirmed_issues(
         for t in ISSUE_TYPES
     }
     return dg.Output(frame, metadata={"answers": answers.height, **meta})
+
+
+@CLEANING.asset(
+    ins=ANSWERS_IN,
+    schema=cp.SESSION_ENDINGS_SCHEMA,
+    description="Per annotator and issue type: candidates answered along the queue, yes count, and whether the "
+    "stopping rule or the end of the candidates ended the session (null = still open; seed 001 Figure 9).",
+)
+def annotation_sessions(
+    context: dg.AssetExecutionContext,
+    confirmations: pl.DataFrame,
+    confirmation_queue: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
+    answers = _answers(confirmations, context.partition_key)
+    frame = cp.session_endings_table(answers, confirmation_queue, n_stop=_n_stop(settings))
+    ended = frame.group_by("ended_by").len()
+    return dg.Output(frame, metadata={"sessions": frame.height, **{
+        f"ended_by_{r['ended_by'] or 'open'}": int(r["len"]) for r in ended.iter_rows(named=True)}})
 
 
 @CLEANING.asset(

@@ -33,7 +33,7 @@ class SettingsResource(dg.ConfigurableResource):
     encoder_overrides: dict[str, float] = Field(default_factory=dict)
     p_chance: float = 0.05
     p_plus: float = 0.05
-    queue_max_per_type: int = 300
+    queue_max_per_type: int | None = None  # None = every ranked candidate (seed 001 §3.3: no silent cap)
     near_duplicate_top_k: int = 2000
     n_bootstrap_cleaning: int = 1000
     # cleaning encoders and near-duplicate verification (seed 001 §3.2; defaults = the trained DINO, plain ranking)

@@ -57,6 +57,7 @@ from noisycal_platform.cleaning.ranking_quality import (
 from noisycal_platform.cleaning.rankings.types import PAIR_RANKING_SCHEMA, RANKING_SCHEMA, PairRanking, Ranking
 from noisycal_platform.cleaning.report import render_cleaning_report
 from noisycal_platform.cleaning.sensitivity import stopping_sensitivity
+from noisycal_platform.cleaning.sessions import SESSION_ENDINGS_SCHEMA, session_endings
 
 if TYPE_CHECKING:  # pragma: no cover
     from noisycal_platform.cleaning.embedding_cache import EncoderArtifact
@@ -80,6 +81,7 @@ __all__ = [
     "QUALITY_SCHEMA",
     "QUEUE_SCHEMA",
     "RANKING_SCHEMA",
+    "SESSION_ENDINGS_SCHEMA",
     "SPEEDUP_SCHEMA",
     "TRUTH_FILE",
     "TRUTH_SCHEMA",
@@ -112,6 +114,7 @@ __all__ = [
     "removed_files",
     "render_cleaning_report",
     "sensitivity_table",
+    "session_endings_table",
     "speedup",
     "speedup_averages",
     "ssl_encoder_table",
@@ -489,6 +492,12 @@ def cleaning_impact_table(
 def sensitivity_table(answers: pl.DataFrame, *, roles: Sequence[str] | None = ("expert",)) -> pl.DataFrame:
     """Stopping-rule sensitivity (``sensitivity.SENSITIVITY_SCHEMA``)."""
     return stopping_sensitivity(effective_answers(answers), roles=roles)
+
+
+def session_endings_table(answers: pl.DataFrame, queue: pl.DataFrame, *, n_stop: int) -> pl.DataFrame:
+    """``SESSION_ENDINGS_SCHEMA``: per annotator and issue type, candidates answered along the queue and whether
+    the stopping rule or the end of the candidates ended the session (seed 001 Appendix C, Figure 9)."""
+    return session_endings(answers, queue, n_stop)
 
 
 def expert_lay_table(
