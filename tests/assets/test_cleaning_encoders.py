@@ -146,3 +146,43 @@ def test_clinic_checkpoint_sha256_is_recorded(tmp_path_factory):
     assert _metadata(result, "cleaning__embeddings")["encoder_sha256"] == expected
     stored = sql(home, "SELECT sha256, artifact FROM cleaning.ssl_encoder")
     assert stored["sha256"].to_list() == [expected] and stored["artifact"].to_list() == [str(ckpt)]
+
+
+def test_selfclean_dino_checkpoint_through_the_assets(tmp_path_factory):
+    """A SelfClean DINO checkpoint (teacher/student ViT-tiny/16) with ``encoder: dino``: nothing is trained, the
+    teacher's CLS token is the embedding (192 wide) and the file's sha256 is recorded."""
+    import torch
+
+    from noisycal_platform.cleaning.encoder._vit import build_backbone
+    from noisycal_platform.cleaning.encoder.config import PAPER
+
+    torch.manual_seed(0)
+    teacher = {f"module.backbone.{k}": v for k, v in build_backbone(PAPER).state_dict().items()}
+    ckpt = tmp_path_factory.mktemp("dino") / "checkpoint-epoch100.pth"
+    torch.save({"teacher": teacher, "student": {k: v + 1.0 for k, v in teacher.items()}, "epoch": 3}, ckpt)
+    home, result = _home(tmp_path_factory, "dino", {"encoder_checkpoint": str(ckpt), "near_duplicate_top_k": 20})
+    assert _metadata(result, "cleaning__ssl_encoder")["sha256"] == _sha256(ckpt)
+    assert _metadata(result, "cleaning__ssl_encoder")["train_seconds"] == 0.0
+    assert cp.embedding_matrix(sql(home, "SELECT * FROM cleaning.embeddings"), "dino").shape == (11, 192)
+
+
+def test_checkpoint_with_missing_keys_fails_the_encoder_step_naming_them(tmp_path_factory):
+    import torch
+
+    from noisycal_platform.cleaning.encoder.pretrained import build_efficientnet_lite
+
+    state = build_efficientnet_lite("efficientnet-lite0").state_dict()
+    dropped = sorted(state)[0]
+    del state[dropped]
+    ckpt = tmp_path_factory.mktemp("bad") / "bad.pt"
+    torch.save(state, ckpt)
+    home = tmp_path_factory.mktemp("badhome") / "home"
+    home.mkdir(parents=True)
+    (home / "settings.json").write_text(json.dumps({"encoder": "efficientnet-lite0", "encoder_checkpoint": str(ckpt)}))
+    _write_dataset(home)
+    instance_for(home).add_dynamic_partitions("datasets", [DATASET])
+    result = materialize(home, CHAIN[:2], DATASET)
+    failures = [e for e in result.all_events if e.is_step_failure]
+    assert not result.success and len(failures) == 1
+    message = str(failures[0].event_specific_data.error)
+    assert "missing" in message and dropped in message
