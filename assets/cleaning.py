@@ -1,7 +1,7 @@
 """Cleaning stage (seed 001, SelfClean protocol), one partition per image dataset.
 
 raw/images -> ssl_encoder -> embeddings -> rank_irrelevant, rank_near_duplicates, rank_label_errors
--> confirmation_queue (exported for the web tool) -> [raw/confirmations] -> confirmed_issues
+-> confirmation_queue (exported for the web tool) -> [raw/confirmations] -> confirmed_issues, annotation_sessions
 -> cleaned_file_list, label_error_prevalence, agreement, ranking_quality, annotation_speedup,
    stopping_sensitivity, expert_vs_lay, cleaning_impact; ranking_vs_truth where the dataset ships a truth.json.
 Each body reads, calls one function of ``noisycal_platform.cleaning.pipeline`` and returns; the warehouse adds
@@ -78,6 +78,9 @@ def ssl_encoder(
         config,
         preset=settings.encoder_preset,
         artifacts=inbox.layout.artifacts,
+        encoder=settings.encoder,
+        checkpoint=settings.encoder_checkpoint,
+        views=settings.encoder_views,
         progress=epoch_progress(context, "ssl_encoder"),
     )
     row = frame.row(0, named=True)
@@ -85,7 +88,8 @@ def ssl_encoder(
         frame,
         metadata={
             "sha256": row["sha256"],
-            "preset": settings.encoder_preset,
+            "weights": row["artifact"],
+            "preset": row["preset"],
             "reused_cached_weights": row["reused"],
             "train_seconds": row["train_seconds"],
             "images_per_second": row["images_per_second"],
@@ -115,7 +119,9 @@ def embeddings(
         timed=lambda label, n, fn: timed(context, label, n, fn),
     )
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
-    return dg.Output(frame, metadata={"images": images.height, **dims, "cache_hit": hit})
+    meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
+            "encoder_sha256": encoder["sha256"]}
+    return dg.Output(frame, metadata=meta)
 
 
 # ------------------------------------------------------------------------------------------- rankings
@@ -136,13 +142,16 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
 
 @CLEANING.asset(
     ins=_EMBEDDED_IN,
-    schema=cp.PAIR_RANKING_SCHEMA,
+    schema=cp.NEAR_DUPLICATE_SCHEMA,
     description="Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
-    "(no N×N matrix), per embedding kind (seed 001 §3.3).",
+    "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
+    "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
 )
 def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> dg.Output:
-    frame = cp.near_duplicate_table(images, embeddings, settings.near_duplicate_top_k)
-    return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k})
+    frame = cp.near_duplicate_rankings(images, embeddings, settings.near_duplicate_top_k,
+                                       rerank=settings.near_duplicate_rerank, k=settings.near_duplicate_k)
+    return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k,
+                                      "reranked": settings.near_duplicate_rerank})
 
 
 @CLEANING.asset(
@@ -212,6 +221,25 @@ def confirmed_issues(
         for t in ISSUE_TYPES
     }
     return dg.Output(frame, metadata={"answers": answers.height, **meta})
+
+
+@CLEANING.asset(
+    ins=ANSWERS_IN,
+    schema=cp.SESSION_ENDINGS_SCHEMA,
+    description="Per annotator and issue type: candidates answered along the queue, yes count, and whether the "
+    "stopping rule or the end of the candidates ended the session (null = still open; seed 001 Figure 9).",
+)
+def annotation_sessions(
+    context: dg.AssetExecutionContext,
+    confirmations: pl.DataFrame,
+    confirmation_queue: pl.DataFrame,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
+    answers = _answers(confirmations, context.partition_key)
+    frame = cp.session_endings_table(answers, confirmation_queue, n_stop=_n_stop(settings))
+    ended = frame.group_by("ended_by").len()
+    return dg.Output(frame, metadata={"sessions": frame.height, **{
+        f"ended_by_{r['ended_by'] or 'open'}": int(r["len"]) for r in ended.iter_rows(named=True)}})
 
 
 @CLEANING.asset(
@@ -292,7 +320,7 @@ def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.Da
     {"expert_lay_differences": DIFF_SCHEMA, "expert_lay_tests": TEST_SCHEMA},
     **AFTER_QUEUE,
     description="Expert vs lay raters: per reference expert κ(expert, expert) − κ(expert, lay), one-sided paired "
-    "sign-flip permutation test.",
+    "sign test (seed 001 §4.5), with the mean sign-flip permutation test as an extra column.",
 )
 def expert_vs_lay(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     diffs, tests = cp.expert_lay_table(_answers(confirmations, context.partition_key), seed=settings.seed)

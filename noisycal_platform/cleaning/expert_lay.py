@@ -2,19 +2,28 @@
 
 For every reference expert r, every other expert e and every lay rater l, the paired difference
 d = κ(r, e) − κ(r, l) (Cohen's κ on the items both members of a pair answered). H1: experts agree
-better with experts (d > 0). One-sided paired sign-flip permutation test: under H0 each d is symmetric
-about 0, so the statistic mean(d) is compared with its values under all 2^n sign flips (exact for
-n ≤ ``exact_max``, else ``n_perm`` seeded random flips, p = (1 + #{T* ≥ T}) / (1 + n_perm)).
+better with experts (d > 0).
+
+``p_value``: the seed's "one-sided paired permutation test, which solely relies on the sign of the
+differences" (§4.5), i.e. the paired sign test. Under H0 each d is symmetric about 0, so flipping signs
+leaves the data's distribution unchanged; the statistic that uses only the signs is n₊ = #{d > 0}, whose
+permutation distribution over the sign flips of the n₊ + n₋ non-zero differences is Binomial(n₊ + n₋, 1/2)
+(zeros carry no sign and are dropped; Dixon & Mood 1946). p = P(B ≥ n₊), exact (scipy ``binomtest``).
+
+``p_value_mean_flip``: the sign-flip permutation test of mean(d) (Fisher's paired randomisation test), over
+all 2^n sign flips (exact for n ≤ ``exact_max``, ``mean_flip_exact``), else ``n_perm`` seeded random flips,
+p = (1 + #{T* ≥ T}) / (1 + n_perm). It also weighs the sizes of the differences.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from scipy.stats import binomtest
 
 from noisycal_platform.cleaning.agreement import cohen_kappa, reliability_matrix
 
-__all__ = ["DIFF_SCHEMA", "TEST_SCHEMA", "expert_lay_differences", "expert_lay_tests", "sign_flip_test"]
+__all__ = ["DIFF_SCHEMA", "TEST_SCHEMA", "expert_lay_differences", "expert_lay_tests", "sign_flip_test", "sign_test"]
 
 DIFF_SCHEMA: dict[str, pl.DataType] = {
     "dataset": pl.String(),
@@ -32,9 +41,22 @@ TEST_SCHEMA: dict[str, pl.DataType] = {
     "n_differences": pl.Int64(),
     "mean_difference": pl.Float64(),
     "n_positive": pl.Int64(),
-    "p_value": pl.Float64(),
-    "exact": pl.Boolean(),
+    "n_negative": pl.Int64(),
+    "p_value": pl.Float64(),  # sign test (seed 001 §4.5)
+    "p_value_mean_flip": pl.Float64(),  # sign-flip permutation test of the mean difference
+    "mean_flip_exact": pl.Boolean(),
 }
+
+
+def sign_test(d) -> float:
+    """One-sided (greater) paired sign test: p = P(B ≥ n₊), B ~ Binomial(n₊ + n₋, 1/2); zeros and non-finite
+    differences dropped; NaN when no difference has a sign."""
+    d = np.asarray(d, dtype=float)
+    d = d[np.isfinite(d)]
+    pos, neg = int((d > 0).sum()), int((d < 0).sum())
+    if pos + neg == 0:
+        return float("nan")
+    return float(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue)
 
 
 def sign_flip_test(
@@ -107,7 +129,7 @@ def expert_lay_differences(effective: pl.DataFrame) -> pl.DataFrame:
 def expert_lay_tests(
     diffs: pl.DataFrame, *, n_perm: int = 10_000, seed: int = 0, by_reference: bool = False
 ) -> pl.DataFrame:
-    """Sign-flip test per (dataset, issue_type) over the differences of :func:`expert_lay_differences`.
+    """Sign test and mean sign-flip test per (dataset, issue_type) over :func:`expert_lay_differences`.
 
     ``by_reference=True`` tests each reference expert's differences separately (column ``reference``).
     """
@@ -123,8 +145,10 @@ def expert_lay_tests(
             n_differences=d.size,
             mean_difference=float(d.mean()) if d.size else float("nan"),
             n_positive=int((d > 0).sum()),
-            p_value=p,
-            exact=exact,
+            n_negative=int((d < 0).sum()),
+            p_value=sign_test(d),
+            p_value_mean_flip=p,
+            mean_flip_exact=exact,
         )
         rows.append(row)
     return pl.DataFrame(rows, schema=schema)

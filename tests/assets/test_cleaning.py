@@ -32,6 +32,7 @@ CHAIN = [
 AFTER_CONFIRMATION = [
     "raw/confirmations",
     "cleaning/confirmed_issues",
+    "cleaning/annotation_sessions",
     "cleaning/cleaned_file_list",
     "cleaning/label_error_prevalence",
     "cleaning/agreement",
@@ -115,6 +116,13 @@ def test_statistics_and_report(home):
     assert set(truth["ranking"].unique()) == {"dino", "baseline"}
     report = (home / "reports" / "cleaning.html").read_text()
     assert DATASET in report and "data:image/" in report
+    # every simulated rater walked each ranking until the stopping rule or the end of the candidates
+    sessions = sql(home, "select * from cleaning.annotation_sessions")
+    answered = sql(home, f"select distinct annotator_id, issue_type from raw.confirmations where dataset = '{DATASET}'")
+    assert sessions.height == answered.height > 0
+    assert set(sessions["ended_by"].to_list()) <= {"stopping_rule", "end_of_candidates"}
+    assert (sessions["answered"] <= sessions["candidates"]).all()
+    assert "How each review session ended" in report
 
 
 def _broken_dataset(home, extra_rows=""):

@@ -55,6 +55,7 @@ def _day_one_frames(root, dataset="derm", n=20):
         "cleaning_impact": empty,
         "stopping_sensitivity": empty,
         "expert_lay_tests": empty,
+        "annotation_sessions": pl.DataFrame(schema=cp.SESSION_ENDINGS_SCHEMA),
     }
 
 

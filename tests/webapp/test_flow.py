@@ -39,6 +39,25 @@ def _shown_position(c: TestClient, url: str = Q) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _admin_state(admin: TestClient, name: str, section: str = "derm-irrelevant") -> tuple[str, str]:
+    """(answers so far, "consecutive no / stopping count") of ``name`` as the admin page shows them."""
+    page = admin.get("/admin").text
+    part = page.split(f'id="{section}"')[1].split("<h2")[0]
+    row = part.split(f'data-name="{name}"')[1].split("</tr>")[0]
+    answered = re.search(r'class="answered">(\d+)<', row).group(1)
+    consecutive = re.search(r'class="consecutive-no">([^<]*)<', row).group(1)
+    return answered, consecutive
+
+
+def _progress_hidden(page: str) -> None:
+    """Seed 001 App. E: no rank, no answer count, no progress against the stopping rule on annotator pages."""
+    visible = re.sub(r"<(style|script)[^>]*>.*?</\1>|<[^>]+>", " ", page, flags=re.S).lower()
+    for needle in ('id="answered"', 'id="consecutive-no"', 'id="stopping-count"', "<progress"):
+        assert needle not in page
+    for word in ("consecutive", "in a row", "answered:", "rank", "position"):
+        assert word not in visible, word
+
+
 def test_answer_record_follows_the_contract(fx, login):
     c = login("e1", "lay")
     fields = _answer(c, "yes")
@@ -66,7 +85,9 @@ def test_candidates_in_ranking_order_and_rank_never_shown(fx, login):
         seen.append(form_fields(page)["item_id"])
         visible = re.sub(r"<(style|script)[^>]*>.*?</\1>|<[^>]+>", " ", page, flags=re.S)
         assert "position" not in visible.lower() and "rank" not in visible.lower()
+        _progress_hidden(page)
         _answer(c, "yes")
+    _progress_hidden(c.get("/").text)
     assert seen == expected
 
 
@@ -93,8 +114,8 @@ def test_resume_after_restart_and_new_login(fx, login):
     # a new server process over the same home, a fresh browser using the same login link
     c2 = login("e1", token=c.token)
     assert _shown_position(c2) == 2
-    assert 'id="answered">2<' in c2.get(Q).text
-    assert 'id="consecutive-no">1<' in c2.get(Q).text
+    _progress_hidden(c2.get(Q).text)
+    assert _admin_state(login("boss", "admin"), "e1") == ("2", f"1 / {fx.stopping_count}")
 
 
 def test_two_tabs_never_duplicate_an_answer(fx, login):
@@ -168,7 +189,10 @@ def test_stopping_rule_fires_after_stopping_count_consecutive_no(fx, login, answ
     page = c.get(Q).text
     assert 'id="finished"' in page and "the stopping rule fired" in page
     assert 'name="position"' not in page
-    assert f'id="consecutive-no">{k}<' in page
+    _progress_hidden(page)
+    assert str(k) not in re.sub(r"<(style|script)[^>]*>.*?</\1>|<[^>]+>", " ", page.split('id="finished"')[1])
+    admin = login("boss", "admin")
+    assert _admin_state(admin, "e1") == (str(stop), f"{k} / {k}")
     # no more answers are accepted: the next candidate is refused and nothing is written
     nxt = fx.candidates("irrelevant")[stop]
     r = c.post(Q + "/answer", data={"csrf": form_fields(page)["csrf"], "position": str(nxt["position"]),
@@ -177,6 +201,7 @@ def test_stopping_rule_fires_after_stopping_count_consecutive_no(fx, login, answ
     # undo reopens the session at the last answered candidate
     _undo(c)
     assert 'id="finished"' not in c.get(Q).text and _shown_position(c) == stop - 1
+    assert _admin_state(admin, "e1") == (str(stop - 1), f"{k - 1} / {k}")
 
 
 def test_session_ends_when_the_ranking_is_exhausted(fx, login):
@@ -187,6 +212,7 @@ def test_session_ends_when_the_ranking_is_exhausted(fx, login):
         _answer(c, ans, url)
     page = c.get(url).text
     assert 'id="finished"' in page and "every candidate has been answered" in page
+    _progress_hidden(page)
     index = c.get("/").text
     assert "finished" in index
 
