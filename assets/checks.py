@@ -85,44 +85,43 @@ def evaluate_contract(frame: pl.DataFrame, contract: contracts.TableContract) ->
     return {"success": not failed, "failed": failed, "evaluated": len(exprs) + len(missing)}
 
 
-def _contract_result(frame: pl.DataFrame, contract: contracts.TableContract) -> dg.AssetCheckResult:
-    if frame.height == 0:
-        return dg.AssetCheckResult(passed=True, metadata={"rows": 0, "note": "empty table"})
-    outcome = evaluate_contract(frame, contract)
-    return dg.AssetCheckResult(
-        passed=outcome["success"],
-        metadata={
-            "rows": frame.height,
-            "expectations_evaluated": outcome["evaluated"],
-            "failures": dg.MetadataValue.json(outcome["failed"]),
-        },
-    )
+def _contract_check(asset: dg.AssetKey, name: str, contract: contracts.TableContract, description: str):
+    """A blocking check of ``asset`` against ``contract`` (``evaluate_contract``); an empty table passes."""
+
+    @dg.asset_check(asset=asset, name=name, blocking=True, description=description)
+    def _check(frame: pl.DataFrame) -> dg.AssetCheckResult:
+        if frame.height == 0:
+            return dg.AssetCheckResult(passed=True, metadata={"rows": 0, "note": "empty table"})
+        outcome = evaluate_contract(frame, contract)
+        return dg.AssetCheckResult(
+            passed=outcome["success"],
+            metadata={
+                "rows": frame.height,
+                "expectations_evaluated": outcome["evaluated"],
+                "failures": dg.MetadataValue.json(outcome["failed"]),
+            },
+        )
+
+    return _check
 
 
-@dg.asset_check(
-    asset=ANNOTATIONS,
-    name=ANNOTATIONS_CONTRACT,
-    blocking=True,
-    description="The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
+annotations_contract = _contract_check(
+    ANNOTATIONS,
+    ANNOTATIONS_CONTRACT,
+    contracts.ANNOTATIONS,
+    "The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
 )
-def annotations_contract(annotations: pl.DataFrame) -> dg.AssetCheckResult:
-    return _contract_result(annotations, contracts.ANNOTATIONS)
-
-
-@dg.asset_check(
-    asset=PREDICTIONS,
-    name=PREDICTIONS_CONTRACT,
-    blocking=True,
-    description="The predictions contract (ids unique, score in [0, 1]); GE expectations, run in polars.",
-)
-def predictions_contract(predictions: pl.DataFrame) -> dg.AssetCheckResult:
-    # the stored table holds every version: an item is unique within its model version
-    stored = dataclasses.replace(
+# the stored predictions hold every version: an item is unique within its model version
+predictions_contract = _contract_check(
+    PREDICTIONS,
+    PREDICTIONS_CONTRACT,
+    dataclasses.replace(
         contracts.PREDICTIONS,
         unique_key=("model_version", "item_id"),
         columns=(*contracts.PREDICTIONS.columns, contracts.ColumnSpec("model_version", "id")),
-    )
-    return _contract_result(predictions, stored)
+    ),
+    "The predictions contract (ids unique, score in [0, 1]); GE expectations, run in polars.",
+)
 
 
 # ---------------------------------------------------------------------------------- calibration guards
