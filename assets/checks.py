@@ -139,6 +139,13 @@ def _nc_row(nc_ece_report: pl.DataFrame) -> dict:
     return nc_ece_report.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
 
 
+def _at_least(
+    value: float, limit: float, key: str, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+) -> dg.AssetCheckResult:
+    """Passes when ``value >= limit`` (NaN fails); metadata: the value under ``key`` and the limit."""
+    return dg.AssetCheckResult(passed=bool(value >= limit), severity=severity, metadata={key: value, "limit": limit})
+
+
 def _p_value_check(p_value: float | None, metadata: dict) -> dg.AssetCheckResult:
     """WARN when a test rejects at CHECK_ALPHA; a test that could not run (null / NaN) passes with a note."""
     ran = p_value is not None and p_value == p_value
@@ -173,10 +180,7 @@ def em_converged(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
 )
 def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     smallest = float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
-    return dg.AssetCheckResult(
-        passed=bool(smallest >= settings.min_channel_gap),
-        metadata={"min_gap": smallest, "limit": settings.min_channel_gap},
-    )
+    return _at_least(smallest, settings.min_channel_gap, "min_gap")
 
 
 @dg.asset_check(
@@ -187,11 +191,7 @@ def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsReso
 def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     row = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
     fewest = int(row["min_items_per_bin"][0]) if row.height else 0
-    return dg.AssetCheckResult(
-        passed=fewest >= settings.min_items_per_bin,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"min_items_per_bin": fewest, "limit": settings.min_items_per_bin},
-    )
+    return _at_least(fewest, settings.min_items_per_bin, "min_items_per_bin", dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset_check(
