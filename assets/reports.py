@@ -14,9 +14,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
+from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS, SCORED_INS
 from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VERSIONS, RAW, REPORTS
-from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
+from assets.raw import REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
@@ -145,8 +145,7 @@ def _publish_page(
 
 
 CALIBRATION_INPUTS = {
-    "annotations": dg.AssetIn(ANNOTATIONS),
-    "predictions": dg.AssetIn(PREDICTIONS),
+    **SCORED_INS,
     "reference_labels": dg.AssetIn(REFERENCE_LABELS),
     "channel_estimates": dg.AssetIn(CHANNEL_ESTIMATES),
     "nc_ece_report": dg.AssetIn(NC_ECE_REPORT),
