@@ -21,6 +21,8 @@ CHANNEL_ESTIMATES = CALIBRATION.key("channel_estimates")
 NC_ECE_REPORT = CALIBRATION.key("nc_ece_report")
 RECALIBRATORS = CALIBRATION.key("recalibrators")
 RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
+# what every calibration asset reads from the raw stage: the annotations, and the predictions of its version
+SCORED_INS = {"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)}
 
 
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
@@ -31,7 +33,7 @@ def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
 
 
 @CALIBRATION.asset(
-    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    ins=SCORED_INS,
     description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
     "diagnostics for the items this model version scored (seed 000 §4).",
 )
@@ -76,7 +78,7 @@ _NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap r
 
 
 @CALIBRATION.asset(
-    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    ins=SCORED_INS,
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
     "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
     "(seed 000 §3, §C, §6).",
@@ -111,7 +113,7 @@ def nc_ece_report(
 
 
 @CALIBRATION.asset(
-    ins={"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)},
+    ins=SCORED_INS,
     description="Corrected-loss Platt/temperature (inside the compact parameter box) and projected-histogram "
     "recalibrators, plus the naive baselines, fitted with channels from the fit part of the split; parameters as "
     "JSON (exports/recalibrators/<version>/), never pickles (§5, §E.2, §E.5).",
@@ -146,11 +148,7 @@ def recalibrators(
 
 
 @CALIBRATION.asset(
-    ins={
-        "annotations": dg.AssetIn(ANNOTATIONS),
-        "predictions": dg.AssetIn(PREDICTIONS),
-        "reference_labels": dg.AssetIn(REFERENCE_LABELS),
-    },
+    ins={**SCORED_INS, "reference_labels": dg.AssetIn(REFERENCE_LABELS)},
     description="Recalibrators scored on held-out items with channels not fitted on them (regime column): "
     "NC-ECE, naive ECE and, where clean reference labels exist, ECE, log loss and Brier score (§E.4).",
 )

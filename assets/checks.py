@@ -85,44 +85,43 @@ def evaluate_contract(frame: pl.DataFrame, contract: contracts.TableContract) ->
     return {"success": not failed, "failed": failed, "evaluated": len(exprs) + len(missing)}
 
 
-def _contract_result(frame: pl.DataFrame, contract: contracts.TableContract) -> dg.AssetCheckResult:
-    if frame.height == 0:
-        return dg.AssetCheckResult(passed=True, metadata={"rows": 0, "note": "empty table"})
-    outcome = evaluate_contract(frame, contract)
-    return dg.AssetCheckResult(
-        passed=outcome["success"],
-        metadata={
-            "rows": frame.height,
-            "expectations_evaluated": outcome["evaluated"],
-            "failures": dg.MetadataValue.json(outcome["failed"]),
-        },
-    )
+def _contract_check(asset: dg.AssetKey, name: str, contract: contracts.TableContract, description: str):
+    """A blocking check of ``asset`` against ``contract`` (``evaluate_contract``); an empty table passes."""
+
+    @dg.asset_check(asset=asset, name=name, blocking=True, description=description)
+    def _check(frame: pl.DataFrame) -> dg.AssetCheckResult:
+        if frame.height == 0:
+            return dg.AssetCheckResult(passed=True, metadata={"rows": 0, "note": "empty table"})
+        outcome = evaluate_contract(frame, contract)
+        return dg.AssetCheckResult(
+            passed=outcome["success"],
+            metadata={
+                "rows": frame.height,
+                "expectations_evaluated": outcome["evaluated"],
+                "failures": dg.MetadataValue.json(outcome["failed"]),
+            },
+        )
+
+    return _check
 
 
-@dg.asset_check(
-    asset=ANNOTATIONS,
-    name=ANNOTATIONS_CONTRACT,
-    blocking=True,
-    description="The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
+annotations_contract = _contract_check(
+    ANNOTATIONS,
+    ANNOTATIONS_CONTRACT,
+    contracts.ANNOTATIONS,
+    "The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
 )
-def annotations_contract(annotations: pl.DataFrame) -> dg.AssetCheckResult:
-    return _contract_result(annotations, contracts.ANNOTATIONS)
-
-
-@dg.asset_check(
-    asset=PREDICTIONS,
-    name=PREDICTIONS_CONTRACT,
-    blocking=True,
-    description="The predictions contract (ids unique, score in [0, 1]); GE expectations, run in polars.",
-)
-def predictions_contract(predictions: pl.DataFrame) -> dg.AssetCheckResult:
-    # the stored table holds every version: an item is unique within its model version
-    stored = dataclasses.replace(
+# the stored predictions hold every version: an item is unique within its model version
+predictions_contract = _contract_check(
+    PREDICTIONS,
+    PREDICTIONS_CONTRACT,
+    dataclasses.replace(
         contracts.PREDICTIONS,
         unique_key=("model_version", "item_id"),
         columns=(*contracts.PREDICTIONS.columns, contracts.ColumnSpec("model_version", "id")),
-    )
-    return _contract_result(predictions, stored)
+    ),
+    "The predictions contract (ids unique, score in [0, 1]); GE expectations, run in polars.",
+)
 
 
 # ---------------------------------------------------------------------------------- calibration guards
@@ -138,6 +137,13 @@ CHECK_ALPHA = 0.05  # level of the WARN tests below
 
 def _nc_row(nc_ece_report: pl.DataFrame) -> dict:
     return nc_ece_report.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
+
+
+def _at_least(
+    value: float, limit: float, key: str, severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+) -> dg.AssetCheckResult:
+    """Passes when ``value >= limit`` (NaN fails); metadata: the value under ``key`` and the limit."""
+    return dg.AssetCheckResult(passed=bool(value >= limit), severity=severity, metadata={key: value, "limit": limit})
 
 
 def _p_value_check(p_value: float | None, metadata: dict) -> dg.AssetCheckResult:
@@ -174,10 +180,7 @@ def em_converged(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
 )
 def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     smallest = float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
-    return dg.AssetCheckResult(
-        passed=bool(smallest >= settings.min_channel_gap),
-        metadata={"min_gap": smallest, "limit": settings.min_channel_gap},
-    )
+    return _at_least(smallest, settings.min_channel_gap, "min_gap")
 
 
 @dg.asset_check(
@@ -188,11 +191,7 @@ def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsReso
 def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     row = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
     fewest = int(row["min_items_per_bin"][0]) if row.height else 0
-    return dg.AssetCheckResult(
-        passed=fewest >= settings.min_items_per_bin,
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"min_items_per_bin": fewest, "limit": settings.min_items_per_bin},
-    )
+    return _at_least(fewest, settings.min_items_per_bin, "min_items_per_bin", dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset_check(

@@ -31,6 +31,14 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
     return "\n".join("- " + ", ".join(f"{k}: `{it.get(k)}`" for k in keys if k in it) for it in items)
 
 
+def _rejected_metadata(rejected: list[dict], place: str) -> dict:
+    """``rejected_<place>s`` (how many) and ``rejected`` (the first 50: file, place, column, reason)."""
+    return {
+        f"rejected_{place}s": len(rejected),
+        "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", place, "column", "reason"))),
+    }
+
+
 @RAW.asset(
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
     "each bad row is quarantined with file, row, column and reason while the good rows of its batch land.",
@@ -103,8 +111,7 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
         metadata={
             "rows": frame.height,
             "file": str(path),
-            "rejected_rows": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+            **_rejected_metadata(rejected, "row"),
         },
     )
 
@@ -125,8 +132,7 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
         metadata={
             "answers": frame.height,
             "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
-            "rejected_lines": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
+            **_rejected_metadata(rejected, "line"),
         },
     )
 
@@ -195,8 +201,7 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
         frame,
         metadata={
             "predictions": frame.height,
-            "rejected_lines": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "line", "column", "reason"))),
+            **_rejected_metadata(rejected, "line"),
             "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
             "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
         },
@@ -219,7 +224,6 @@ def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[p
         frame,
         metadata={
             "audited": frame.height,
-            "rejected_rows": len(rejected),
-            "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", "row", "column", "reason"))),
+            **_rejected_metadata(rejected, "row"),
         },
     )

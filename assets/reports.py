@@ -14,9 +14,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
+from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS, SCORED_INS
 from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VERSIONS, RAW, REPORTS
-from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
+from assets.raw import REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
@@ -120,9 +120,32 @@ def _publish(layout: HomeLayout, report: str, scope: str, text: str, created: st
     return pl.DataFrame([{"report": report, "scope": scope, "created": created, **written}], schema=REPORT_SCHEMA)
 
 
+def _publish_page(
+    context: dg.AssetExecutionContext,
+    layout: HomeLayout,
+    report: str,
+    title: str,
+    scope: str,
+    text: str,
+    created: str,
+    verdict: str,
+    inputs: list[dg.AssetKey],
+) -> pl.DataFrame:
+    """A one-page stage report: ``reports/<report>.html`` and its status entry (verdict, newest input, link)."""
+    frame = _publish(layout, report, scope, text, created)
+    _publish_status(layout, ri.StageStatus(
+        report=report,
+        title=title,
+        verdict=[verdict],
+        built=created,
+        newest_input=_newest_input(context, inputs),
+        links=[(f"{report} report", f"{report}.html")],
+    ))
+    return frame
+
+
 CALIBRATION_INPUTS = {
-    "annotations": dg.AssetIn(ANNOTATIONS),
-    "predictions": dg.AssetIn(PREDICTIONS),
+    **SCORED_INS,
     "reference_labels": dg.AssetIn(REFERENCE_LABELS),
     "channel_estimates": dg.AssetIn(CHANNEL_ESTIMATES),
     "nc_ece_report": dg.AssetIn(NC_ECE_REPORT),
@@ -291,16 +314,11 @@ def cleaning(
         dataset_sizes=sizes,
         created=created,
     )
-    frame = _publish(layout, "cleaning", ",".join(sorted(sizes)), text, created)
     verdict = cleaning_status_line(confirmation_queue, confirmed) if sizes else "no dataset registered yet"
-    _publish_status(layout, ri.StageStatus(
-        report="cleaning",
-        title="Data cleaning",
-        verdict=[verdict],
-        built=created,
-        newest_input=_newest_input(context, [RAW.key("images")] + [a.key for a in CLEANING_INPUTS.values()]),
-        links=[("cleaning report", "cleaning.html")],
-    ))
+    frame = _publish_page(
+        context, layout, "cleaning", "Data cleaning", ",".join(sorted(sizes)), text, created, verdict,
+        [RAW.key("images")] + [a.key for a in CLEANING_INPUTS.values()],
+    )
     return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(sizes), "status": verdict})
 
 
@@ -329,15 +347,11 @@ def correctness(
     text = render_correctness_report(
         criterion_audit, ue_sensitivity, false_acceptance, synthetic=synthetic, created=created
     )
-    frame = _publish(layout, "correctness", "all", text, created)
     ok = criterion_audit.filter(pl.col("status") == "ok") if "status" in criterion_audit.columns else None
     n_ok = ok["criterion"].n_unique() if ok is not None and ok.height else 0
-    _publish_status(layout, ri.StageStatus(
-        report="correctness",
-        title="Correctness criteria",
-        verdict=[f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")],
-        built=created,
-        newest_input=_newest_input(context, [a.key for a in CORRECTNESS_INPUTS.values()]),
-        links=[("correctness report", "correctness.html")],
-    ))
+    verdict = f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")
+    frame = _publish_page(
+        context, layout, "correctness", "Correctness criteria", "all", text, created, verdict,
+        [a.key for a in CORRECTNESS_INPUTS.values()],
+    )
     return dg.Output(frame, metadata={"path": frame["path"][0], "synthetic_inputs": synthetic})

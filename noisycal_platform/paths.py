@@ -12,7 +12,16 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["MAX_NAME_LENGTH", "HomeLayout", "InvalidName", "confined", "default_home", "name_problem", "validate_name"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "HomeLayout",
+    "HomePath",
+    "InvalidName",
+    "confined",
+    "default_home",
+    "name_problem",
+    "validate_name",
+]
 
 HOME_ENV = "NOISYCAL_HOME"
 MAX_NAME_LENGTH = 128
@@ -69,6 +78,19 @@ def default_home() -> Path:
     return Path(os.environ.get(HOME_ENV, ".noisycal")).expanduser().resolve()
 
 
+class HomePath:
+    """A fixed path below a home folder, ``home / parts``, read as an attribute of an object with a ``home``."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+        self.__doc__ = "home / " + " / ".join(parts)
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Path:
+        if obj is None:
+            return self  # type: ignore[return-value]  # the descriptor itself, read on the class
+        return obj.home.joinpath(*self.parts)  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class HomeLayout:
     """Named paths under one home folder. Creating the object touches nothing; call :meth:`ensure`."""
@@ -80,86 +102,33 @@ class HomeLayout:
         return cls(Path(home).expanduser().resolve() if home is not None else default_home())
 
     # --- the warehouse and binary artifacts ---
-    @property
-    def warehouse(self) -> Path:
-        return self.home / "warehouse.duckdb"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.home / "artifacts"
-
-    @property
-    def cache(self) -> Path:
-        return self.home / "cache"
+    warehouse = HomePath("warehouse.duckdb")
+    artifacts = HomePath("artifacts")
+    cache = HomePath("cache")
 
     # --- drop folders (inputs that arrive over time) ---
-    @property
-    def annotation_inbox(self) -> Path:
-        return self.home / "inbox" / "annotations"
-
-    @property
-    def confirmation_inbox(self) -> Path:
-        return self.home / "inbox" / "confirmations"
-
-    @property
-    def quarantine(self) -> Path:
-        return self.home / "inbox" / "quarantine"
-
-    @property
-    def archive(self) -> Path:
-        """Accepted annotation batches, stored once under their content hash."""
-        return self.home / "archive" / "annotations"
-
-    @property
-    def ledger(self) -> Path:
-        """Append-only record of every batch seen: content hash -> accepted/quarantined/duplicate."""
-        return self.home / "ledger" / "annotations.jsonl"
+    annotation_inbox = HomePath("inbox", "annotations")
+    confirmation_inbox = HomePath("inbox", "confirmations")
+    quarantine = HomePath("inbox", "quarantine")
+    # accepted annotation batches, stored once under their content hash
+    archive = HomePath("archive", "annotations")
+    # append-only record of every batch seen: content hash -> accepted/quarantined/duplicate
+    ledger = HomePath("ledger", "annotations.jsonl")
 
     # --- registries ---
-    @property
-    def models(self) -> Path:
-        return self.home / "models"
-
-    @property
-    def datasets(self) -> Path:
-        return self.home / "datasets"
-
-    @property
-    def dataset_registry(self) -> Path:
-        return self.home / "datasets.json"
-
-    @property
-    def references(self) -> Path:
-        return self.home / "references" / "labels.csv"
-
-    @property
-    def generations(self) -> Path:
-        return self.home / "correctness" / "generations"
-
-    @property
-    def audit_labels(self) -> Path:
-        return self.home / "correctness" / "audit"
+    models = HomePath("models")
+    datasets = HomePath("datasets")
+    dataset_registry = HomePath("datasets.json")
+    references = HomePath("references", "labels.csv")
+    generations = HomePath("correctness", "generations")
+    audit_labels = HomePath("correctness", "audit")
 
     # --- outputs people take away ---
-    @property
-    def exports(self) -> Path:
-        return self.home / "exports"
-
-    @property
-    def queue_exports(self) -> Path:
-        return self.exports / "confirmation_queue"
-
-    @property
-    def cleaned_lists(self) -> Path:
-        return self.exports / "cleaned_file_lists"
-
-    @property
-    def recalibrator_exports(self) -> Path:
-        return self.exports / "recalibrators"
-
-    @property
-    def reports(self) -> Path:
-        return self.home / "reports"
+    exports = HomePath("exports")
+    queue_exports = HomePath("exports", "confirmation_queue")
+    cleaned_lists = HomePath("exports", "cleaned_file_lists")
+    recalibrator_exports = HomePath("exports", "recalibrators")
+    reports = HomePath("reports")
 
     def ensure(self) -> HomeLayout:
         """Create every folder (idempotent)."""

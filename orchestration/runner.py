@@ -7,6 +7,8 @@ State lives in ``$NOISYCAL_HOME/dagster/`` (``DAGSTER_HOME``: run history, parti
 
 import json
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,6 +207,24 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
     return executed
 
 
+@contextmanager
+def _runner_session(
+    home: str | Path, defs: dg.Definitions | None, what: str, lock_timeout: float
+) -> Iterator[tuple[dg.Definitions, dg.DagsterInstance, TickReport]]:
+    """What every in-process runner holds while it runs: the definitions (built for the home unless given), the
+    home lock, the instance (refused when a daemon runs beside it) and a report that lists the recovered runs."""
+    if defs is None:
+        from definitions import build_definitions
+
+        defs = build_definitions(home)
+    report = TickReport(home=str(home))
+    with home_lock(home, what, timeout=lock_timeout):
+        instance = instance_for(home)
+        _refuse_under_daemon(instance, what)
+        report.recovered = recover(home, instance)
+        yield defs, instance, report
+
+
 def tick(
     home: str | Path,
     defs: dg.Definitions | None = None,
@@ -220,15 +240,7 @@ def tick(
     fires on it), exactly as the daemon's first tick does. One runner per home at a time (``home_lock``);
     runs of runners that died are marked failed and their pool slots freed first (``recover``).
     """
-    if defs is None:
-        from definitions import build_definitions
-
-        defs = build_definitions(home)
-    report = TickReport(home=str(home))
-    with home_lock(home, "noisycal tick", timeout=lock_timeout):
-        instance = instance_for(home)
-        _refuse_under_daemon(instance, "noisycal tick")
-        report.recovered = recover(home, instance)
+    with _runner_session(home, defs, "noisycal tick", lock_timeout) as (defs, instance, report):
         state = _load_state(home)
         try:
             if automation and state.get("automation_cursor") is None:
@@ -283,15 +295,7 @@ def materialize_everything(
     home: str | Path, defs: dg.Definitions | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS
 ) -> TickReport:
     """Materialise every asset for every known partition (used after a tick to fill anything still missing)."""
-    if defs is None:
-        from definitions import build_definitions
-
-        defs = build_definitions(home)
-    report = TickReport(home=str(home))
-    with home_lock(home, "noisycal materialize", timeout=lock_timeout):
-        instance = instance_for(home)
-        _refuse_under_daemon(instance, "noisycal materialize")
-        report.recovered = recover(home, instance)
+    with _runner_session(home, defs, "noisycal materialize", lock_timeout) as (defs, instance, report):
         graph = defs.resolve_asset_graph()
         levels = _topological_levels(defs)
         groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import dagster as dg
 import polars as pl
 
 from noisycal_platform.ingest import (
@@ -19,7 +18,7 @@ from noisycal_platform.ingest import (
     write_record_quarantine,
 )
 from noisycal_platform.io import sha256_file
-from noisycal_platform.paths import HomeLayout
+from resources.home import HomeResource
 from resources.settings import load_settings
 
 SETTLE_ENV = "NOISYCAL_INBOX_SETTLE_SECONDS"  # overrides settings.json for scripted drops (tests, the demo)
@@ -27,14 +26,8 @@ SETTLE_ENV = "NOISYCAL_INBOX_SETTLE_SECONDS"  # overrides settings.json for scri
 __all__ = ["InboxResource"]
 
 
-class InboxResource(dg.ConfigurableResource):
+class InboxResource(HomeResource):
     """Thin shell over :mod:`noisycal_platform.ingest` for one ``$NOISYCAL_HOME``."""
-
-    home: str
-
-    @property
-    def layout(self) -> HomeLayout:
-        return HomeLayout.at(self.home)
 
     @property
     def settle_seconds(self) -> float:

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import dagster as dg
-
-from noisycal_platform.paths import HomeLayout
+from resources.home import HomeResource
 
 __all__ = ["ModelRegistryResource"]
 
 
-class ModelRegistryResource(dg.ConfigurableResource):
-    home: str
-
-    @property
-    def layout(self) -> HomeLayout:
-        return HomeLayout.at(self.home)
+class ModelRegistryResource(HomeResource):
+    """The version folders under ``models/`` of one ``$NOISYCAL_HOME``."""
 
     def versions(self) -> list[str]:
         return self.layout.model_versions()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -35,6 +35,7 @@ from .weights import resolve_weights
 
 __all__ = [
     "RECALIBRATION_METHODS",
+    "FittedRecalibration",
     "Recalibrator",
     "UnboundedObjectiveError",
     "fit_recalibrator",
@@ -113,17 +114,20 @@ def recession_slope_min(features: np.ndarray, targets: np.ndarray) -> tuple[floa
 
 
 @dataclass(frozen=True, eq=False)
-class Recalibrator:
-    """A fitted post-hoc map; parameters are JSON-able (`to_dict` / `from_dict`), never pickled.
+class FittedRecalibration:
+    """Fields and JSON round trip shared by the binary and the C-class recalibrators.
 
-    method : "platt" | "temperature" | "histogram".
-    params : platt {"alpha", "beta", "clip"}; temperature {"temperature", "clip"};
-        histogram {"n_bins", "values" (list, one per bin), "empty_bins" (list of bin indices)}.
+    method : a name in the subclass's `METHODS`. params : JSON-able parameters of the map.
     corrected : fitted to corrected labels (True) or to a naive target (False).
     target : "corrected", "soft_vote" or "majority_vote".
     n_fit : items used. converged : optimiser converged inside the box (histogram: True).
     n_iter : optimiser iterations. diagnostics : JSON-able extras (loss, at_bound, min recession slope).
+    Subclasses set `FORMAT`, `KIND`, `METHODS` and check their parameters in `_check_params`.
     """
+
+    FORMAT: ClassVar[str] = ""
+    KIND: ClassVar[str] = ""
+    METHODS: ClassVar[tuple[str, ...]] = ()
 
     method: str
     params: dict[str, Any]
@@ -134,21 +138,10 @@ class Recalibrator:
     n_iter: int = 0
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
-    def predict(self, scores: Any) -> np.ndarray:
-        """Recalibrated probabilities for scores in [0, 1]."""
-        s = _check_scores(scores)
-        if self.method == "histogram":
-            values = np.asarray(self.params["values"], float)
-            return values[bin_index(s, int(self.params["n_bins"]))]
-        z = _logit(s.astype(np.float64), float(self.params["clip"]))
-        if self.method == "platt":
-            return expit(float(self.params["alpha"]) * z + float(self.params["beta"]))
-        return expit(z / float(self.params["temperature"]))
-
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able description (format "noisycal.recalibrator", version 1)."""
+        """JSON-able description: format, version 1, then every field in order."""
         return {
-            "format": _FORMAT,
+            "format": self.FORMAT,
             "version": 1,
             "method": self.method,
             "params": _jsonable(self.params),
@@ -161,14 +154,58 @@ class Recalibrator:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Recalibrator:
+    def from_dict(cls, d: dict[str, Any]) -> Self:
         """Inverse of `to_dict`; validates the format and the parameters."""
-        if not isinstance(d, dict) or d.get("format") != _FORMAT or d.get("version") != 1:
-            raise ValueError(f"not a noisycal recalibrator dict (format/version): {str(d)[:120]!r}")
+        if not isinstance(d, dict) or d.get("format") != cls.FORMAT or d.get("version") != 1:
+            raise ValueError(f"not a noisycal {cls.KIND} dict (format/version): {str(d)[:120]!r}")
         method = d.get("method")
-        if method not in RECALIBRATION_METHODS:
-            raise ValueError(f"method must be one of {RECALIBRATION_METHODS}, got {method!r}")
+        if method not in cls.METHODS:
+            raise ValueError(f"method must be one of {cls.METHODS}, got {method!r}")
         params = dict(d["params"])
+        cls._check_params(method, params)
+        return cls(
+            method,
+            params,
+            bool(d["corrected"]),
+            str(d["target"]),
+            int(d["n_fit"]),
+            bool(d["converged"]),
+            int(d.get("n_iter", 0)),
+            dict(d.get("diagnostics", {})),
+        )
+
+    @classmethod
+    def _check_params(cls, method: str, params: dict[str, Any]) -> None:
+        """Raise ValueError when `params` cannot describe a `method` map."""
+
+
+@dataclass(frozen=True, eq=False)
+class Recalibrator(FittedRecalibration):
+    """A fitted post-hoc map for binary scores; parameters are JSON-able (`to_dict` / `from_dict`), never pickled.
+
+    method : "platt" | "temperature" | "histogram".
+    params : platt {"alpha", "beta", "clip"}; temperature {"temperature", "clip"};
+        histogram {"n_bins", "values" (list, one per bin), "empty_bins" (list of bin indices)}.
+    Other fields: see `FittedRecalibration`.
+    """
+
+    FORMAT = _FORMAT
+    KIND = "recalibrator"
+    METHODS = RECALIBRATION_METHODS
+
+    def predict(self, scores: Any) -> np.ndarray:
+        """Recalibrated probabilities for scores in [0, 1]."""
+        s = _check_scores(scores)
+        if self.method == "histogram":
+            values = np.asarray(self.params["values"], float)
+            return values[bin_index(s, int(self.params["n_bins"]))]
+        z = _logit(s.astype(np.float64), float(self.params["clip"]))
+        if self.method == "platt":
+            return expit(float(self.params["alpha"]) * z + float(self.params["beta"]))
+        return expit(z / float(self.params["temperature"]))
+
+    @classmethod
+    def _check_params(cls, method: str, params: dict[str, Any]) -> None:
         need = {
             "platt": ("alpha", "beta", "clip"),
             "temperature": ("temperature", "clip"),
@@ -181,16 +218,6 @@ class Recalibrator:
             raise ValueError(f"histogram values has {len(params['values'])} entries, n_bins={params['n_bins']}")
         if method == "temperature" and not float(params["temperature"]) > 0:
             raise ValueError(f"temperature must be > 0, got {params['temperature']!r}")
-        return cls(
-            method,
-            params,
-            bool(d["corrected"]),
-            str(d["target"]),
-            int(d["n_fit"]),
-            bool(d["converged"]),
-            int(d.get("n_iter", 0)),
-            dict(d.get("diagnostics", {})),
-        )
 
 
 def _jsonable(x: Any) -> Any:

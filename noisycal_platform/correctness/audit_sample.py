@@ -19,6 +19,7 @@ import polars as pl
 
 from noisycal_platform.correctness.criteria import exact_match
 from noisycal_platform.correctness.io import EM_STRATA, CorrectnessInputError
+from noisycal_platform.paths import HomePath
 
 __all__ = [
     "AUDIT_SAMPLE_COLUMNS",
@@ -49,29 +50,12 @@ class AuditPaths:
 
     home: Path
 
-    @property
-    def sample(self) -> Path:
-        return self.home / "exports" / "audit_sample.csv"
-
-    @property
-    def web_answers(self) -> Path:
-        return self.home / "inbox" / "correctness_audit"
-
-    @property
-    def annotation_csvs(self) -> Path:
-        return self.home / "correctness" / "audit_annotations"
-
-    @property
-    def adjudications(self) -> Path:
-        return self.home / "correctness" / "adjudication"
-
-    @property
-    def disagreements(self) -> Path:
-        return self.home / "exports" / "audit_disagreements.csv"
-
-    @property
-    def consensus(self) -> Path:
-        return self.home / "correctness" / "audit" / "consensus.csv"
+    sample = HomePath("exports", "audit_sample.csv")
+    web_answers = HomePath("inbox", "correctness_audit")
+    annotation_csvs = HomePath("correctness", "audit_annotations")
+    adjudications = HomePath("correctness", "adjudication")
+    disagreements = HomePath("exports", "audit_disagreements.csv")
+    consensus = HomePath("correctness", "audit", "consensus.csv")
 
 
 def em_strata(generations: pl.DataFrame) -> pl.Series:

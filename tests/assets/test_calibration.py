@@ -14,22 +14,9 @@ from noisycal_platform.calibration import Recalibrator, nc_ece
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs
 from orchestration.runner import instance_for
+from tests.asset_chains import CALIBRATION_CHAIN
 
-CAL_KEYS = [
-    "raw/annotations",
-    "raw/predictions",
-    "raw/reference_labels",
-    "staging/stg_annotations",
-    "staging/stg_annotator_index",
-    "staging/stg_scored_items",
-    "staging/stg_model_versions",
-    "calibration/channel_estimates",
-    "calibration/nc_ece_report",
-    "calibration/recalibrators",
-    "calibration/recalibration_report",
-    "calibration/nc_ece_by_bin",
-    "reports/calibration",
-]
+CAL_KEYS = [*CALIBRATION_CHAIN, "reports/calibration"]
 
 
 @pytest.fixture(scope="module")

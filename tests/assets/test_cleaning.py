@@ -10,6 +10,7 @@ import pytest
 from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 from noisycal_platform.demo import write_demo_cleaning_scores, write_demo_confirmations
 from orchestration.runner import instance_for
+from tests.asset_chains import CLEANING_RANKING_CHAIN
 from tests.assets._run import materialize, sql
 
 DATASET = "digits_small"
@@ -19,16 +20,7 @@ TINY = {
     "queue_max_per_type": 80,
     "n_bootstrap_cleaning": 50,
 }
-CHAIN = [
-    "raw/images",
-    "cleaning/ssl_encoder",
-    "cleaning/embeddings",
-    "cleaning/rank_irrelevant",
-    "cleaning/rank_near_duplicates",
-    "cleaning/rank_label_errors",
-    "cleaning/confirmation_queue",
-    "cleaning/ranking_vs_truth",
-]
+CHAIN = [*CLEANING_RANKING_CHAIN, "cleaning/ranking_vs_truth"]
 AFTER_CONFIRMATION = [
     "raw/confirmations",
     "cleaning/confirmed_issues",

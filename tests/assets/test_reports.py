@@ -21,6 +21,7 @@ from noisycal_platform.calibration.demo_data import write_demo_calibration_input
 from noisycal_platform.cleaning import pipeline as cp
 from orchestration.runner import instance_for
 from resources.inbox import InboxResource
+from tests.asset_chains import CALIBRATION_INPUTS, CALIBRATION_PER_VERSION
 from tests.assets._run import materialize
 
 N_PER_RANKING = 8
@@ -107,17 +108,6 @@ def test_dataset_without_cleaning_scores_coexists_with_one_that_has_them(tmp_pat
     assert "No model has scored unscored" in impact and ">unscored<" not in impact
 
 
-CAL_CHAIN = [
-    "raw/predictions",
-    "staging/stg_scored_items",
-    "staging/stg_model_versions",
-    "calibration/channel_estimates",
-    "calibration/nc_ece_report",
-    "calibration/recalibrators",
-    "calibration/recalibration_report",
-]
-
-
 @pytest.fixture(scope="module")
 def failing_version_home(tmp_path_factory):
     home = tmp_path_factory.mktemp("reports") / "home"
@@ -133,10 +123,9 @@ def failing_version_home(tmp_path_factory):
     def run(names, partition=None):
         return materialize(home, names, partition, checks=False, defs=defs, instance=instance)
 
-    assert run(["raw/annotations", "raw/reference_labels", "staging/stg_annotations",
-                "staging/stg_annotator_index"]).success
-    assert run(CAL_CHAIN, "v1").success
-    assert not run(CAL_CHAIN, "v3").success
+    assert run(CALIBRATION_INPUTS).success
+    assert run(CALIBRATION_PER_VERSION, "v1").success
+    assert not run(CALIBRATION_PER_VERSION, "v3").success
     result = run(["reports/calibration"])
     return home, result
 

@@ -3,7 +3,6 @@
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._server import free_port, wait_for_server_info
 from tests.test_definitions import ASSET_KEYS
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _graphql(port: int, query: str) -> dict:
@@ -33,7 +27,7 @@ def _graphql(port: int, query: str) -> dict:
 
 @pytest.mark.slow
 def test_ui_serves_the_asset_graph_with_lineage(tmp_path):
-    port = _free_port()
+    port = free_port()
     cli = Path(sys.executable).parent / "noisycal"
     proc = subprocess.Popen(
         [str(cli), "--home", str(tmp_path / "home"), "ui", "--port", str(port)],
@@ -43,15 +37,7 @@ def test_ui_serves_the_asset_graph_with_lineage(tmp_path):
     )
     try:
         deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(2)
-        else:
-            pytest.fail("dagster dev did not answer /server_info within 180 s")
+        wait_for_server_info(port, deadline, 2, "dagster dev did not answer /server_info within 180 s")
         data = None
         while time.time() < deadline:  # the code location loads after the web server answers
             data = _graphql(port, "{ assetNodes { assetKey { path } dependencyKeys { path } } }")

@@ -10,31 +10,11 @@ import os
 import dagster as dg
 
 from definitions import build_definitions
+from tests.asset_chains import CALIBRATION_CHAIN, CLEANING_RANKING_CHAIN
 
-CALIBRATION_KEYS = [
-    "raw/annotations",
-    "raw/predictions",
-    "raw/reference_labels",
-    "staging/stg_annotations",
-    "staging/stg_annotator_index",
-    "staging/stg_scored_items",
-    "staging/stg_model_versions",
-    "calibration/channel_estimates",
-    "calibration/nc_ece_report",
-    "calibration/recalibrators",
-    "calibration/recalibration_report",
-    "calibration/nc_ece_by_bin",
-]
+CALIBRATION_KEYS = CALIBRATION_CHAIN
 SMALL_KEYS = ["raw/annotations", "raw/predictions", "staging/stg_annotations", "staging/stg_scored_items"]
-CLEANING_KEYS = [
-    "raw/images",
-    "cleaning/ssl_encoder",
-    "cleaning/embeddings",
-    "cleaning/rank_irrelevant",
-    "cleaning/rank_near_duplicates",
-    "cleaning/rank_label_errors",
-    "cleaning/confirmation_queue",
-]
+CLEANING_KEYS = CLEANING_RANKING_CHAIN
 
 
 def keys(names: list[str]) -> list[dg.AssetKey]:

@@ -5,24 +5,17 @@ Starts two Dagster processes that load the whole code location: 20-60 s on a 2-c
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from orchestration.instance import DAGSTER_YAML
+from tests._server import free_port, wait_for_server_info
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive(pid: int) -> bool:
@@ -41,7 +34,7 @@ def _children(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_serve_starts_webserver_and_daemon_and_stops_both_on_sigterm(tmp_path):
     home = tmp_path / "fresh" / "home"  # nothing exists yet: serve creates the home and DAGSTER_HOME
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
         [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
@@ -51,16 +44,7 @@ def test_serve_starts_webserver_and_daemon_and_stops_both_on_sigterm(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(1)
-        else:
-            pytest.fail("the webserver did not answer within 240 s")
+        wait_for_server_info(port, time.time() + 240, 1, "the webserver did not answer within 240 s")
         assert (home / "dagster" / "dagster.yaml").read_text() == DAGSTER_YAML
         children = _children(proc.pid)
         assert len(children) == 2 and all(_alive(c) for c in children)

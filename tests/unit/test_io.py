@@ -37,76 +37,38 @@ def test_valid_annotations_roundtrip(tmp_path):
     assert df["timestamp"][1] is None and df["timestamp"][0].year == 2026
 
 
-def test_label_not_binary(tmp_path):
-    p = _write(tmp_path, "a.csv", HEADER + "a,r1,1\nb,r1,0\nc,r2,2\n")
-    _fails(read_annotations, p, 3, "label", ["0 or 1", "'2'"])
-
-
-def test_label_text(tmp_path):
-    p = _write(tmp_path, "a.csv", HEADER + "a,r1,yes\n")
-    _fails(read_annotations, p, 1, "label", ["0 or 1"])
-
-
-def test_score_outside_unit_interval(tmp_path):
-    p = _write(tmp_path, "p.csv", "item_id,score\na,0.2\nb,1.2\n")
-    _fails(read_predictions, p, 2, "score", ["[0, 1]", "1.2"])
-
-
-def test_score_negative(tmp_path):
-    p = _write(tmp_path, "p.csv", "item_id,score\na,-0.1\n")
-    _fails(read_predictions, p, 1, "score", ["[0, 1]"])
-
-
-def test_score_nan(tmp_path):
-    p = _write(tmp_path, "p.csv", "item_id,score\na,0.2\nb,0.3\nc,NaN\n")
-    _fails(read_predictions, p, 3, "score", ["NaN"])
-
-
-def test_score_not_a_number(tmp_path):
-    p = _write(tmp_path, "p.csv", "item_id,score\na,high\n")
-    _fails(read_predictions, p, 1, "score", ["number"])
-
-
-def test_missing_column(tmp_path):
-    p = _write(tmp_path, "a.csv", "item_id,label\na,1\n")
-    _fails(read_annotations, p, None, "annotator_id", ["missing required column"])
-
-
-def test_duplicate_item_annotator(tmp_path):
-    p = _write(tmp_path, "a.csv", HEADER + "a,r1,1\nb,r1,0\na,r1,0\n")
+# (case, reader, file name, contents, data row, column, words the message holds)
+BAD_FILES = [
+    ("label_not_binary", read_annotations, "a.csv", HEADER + "a,r1,1\nb,r1,0\nc,r2,2\n", 3, "label", ["0 or 1", "'2'"]),
+    ("label_text", read_annotations, "a.csv", HEADER + "a,r1,yes\n", 1, "label", ["0 or 1"]),
+    ("score_outside_unit_interval", read_predictions, "p.csv", "item_id,score\na,0.2\nb,1.2\n", 2, "score",
+     ["[0, 1]", "1.2"]),
+    ("score_negative", read_predictions, "p.csv", "item_id,score\na,-0.1\n", 1, "score", ["[0, 1]"]),
+    ("score_nan", read_predictions, "p.csv", "item_id,score\na,0.2\nb,0.3\nc,NaN\n", 3, "score", ["NaN"]),
+    ("score_not_a_number", read_predictions, "p.csv", "item_id,score\na,high\n", 1, "score", ["number"]),
+    ("missing_column", read_annotations, "a.csv", "item_id,label\na,1\n", None, "annotator_id",
+     ["missing required column"]),
     # the second occurrence (data row 3) is the offending row; the message names the first (row 1)
-    _fails(read_annotations, p, 3, "annotator_id", ["duplicate", "data row 1"])
-
-
-def test_duplicate_prediction_item(tmp_path):
-    p = _write(tmp_path, "p.csv", "item_id,score\na,0.1\na,0.2\n")
-    _fails(read_predictions, p, 2, "item_id", ["duplicate"])
-
-
-def test_empty_file(tmp_path):
-    p = _write(tmp_path, "a.csv", "")
-    _fails(read_annotations, p, None, None, ["empty"])
-
-
-def test_header_only_file(tmp_path):
-    p = _write(tmp_path, "a.csv", HEADER)
-    _fails(read_annotations, p, None, None, ["empty"])
-
-
-def test_unreadable_encoding(tmp_path):
+    ("duplicate_item_annotator", read_annotations, "a.csv", HEADER + "a,r1,1\nb,r1,0\na,r1,0\n", 3, "annotator_id",
+     ["duplicate", "data row 1"]),
+    ("duplicate_prediction_item", read_predictions, "p.csv", "item_id,score\na,0.1\na,0.2\n", 2, "item_id",
+     ["duplicate"]),
+    ("empty_file", read_annotations, "a.csv", "", None, None, ["empty"]),
+    ("header_only_file", read_annotations, "a.csv", HEADER, None, None, ["empty"]),
     # Latin-1 'é' (0xE9) in the annotator id on data row 2
-    p = _write(tmp_path, "a.csv", HEADER.encode() + b"a,r1,1\nb,Ren\xe9,0\n")
-    _fails(read_annotations, p, 2, "annotator_id", ["UTF-8"])
+    ("unreadable_encoding", read_annotations, "a.csv", HEADER.encode() + b"a,r1,1\nb,Ren\xe9,0\n", 2, "annotator_id",
+     ["UTF-8"]),
+    ("empty_id", read_annotations, "a.csv", HEADER + "a,r1,1\n,r1,0\n", 2, "item_id", ["empty"]),
+    ("bad_timestamp", read_annotations, "a.csv", "item_id,annotator_id,label,timestamp\na,r1,1,yesterday\n", 1,
+     "timestamp", ["ISO-8601"]),
+    ("unsupported_suffix", read_annotations, "a.xlsx", "x", None, None, ["unsupported"]),
+]
 
 
-def test_empty_id(tmp_path):
-    p = _write(tmp_path, "a.csv", HEADER + "a,r1,1\n,r1,0\n")
-    _fails(read_annotations, p, 2, "item_id", ["empty"])
-
-
-def test_bad_timestamp(tmp_path):
-    p = _write(tmp_path, "a.csv", "item_id,annotator_id,label,timestamp\na,r1,1,yesterday\n")
-    _fails(read_annotations, p, 1, "timestamp", ["ISO-8601"])
+@pytest.mark.parametrize(("reader", "name", "text", "row", "column", "words"), [c[1:] for c in BAD_FILES],
+                         ids=[c[0] for c in BAD_FILES])
+def test_bad_file(tmp_path, reader, name, text, row, column, words):
+    _fails(reader, _write(tmp_path, name, text), row, column, words)
 
 
 def test_parquet_input_checked_the_same_way(tmp_path):
@@ -119,7 +81,3 @@ def test_bom_is_accepted(tmp_path):
     p = _write(tmp_path, "r.csv", "\ufeffitem_id,label\na,1\n")
     assert read_reference_labels(p)["label"].to_list() == [1]
 
-
-def test_unsupported_suffix(tmp_path):
-    p = _write(tmp_path, "a.xlsx", "x")
-    _fails(read_annotations, p, None, None, ["unsupported"])

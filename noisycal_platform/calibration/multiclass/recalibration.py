@@ -18,14 +18,14 @@ ties split equally ("majority_vote").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp, softmax
 
-from ..recalibration import UnboundedObjectiveError, _jsonable
+from ..recalibration import FittedRecalibration, UnboundedObjectiveError
 from ._patterns import as_class_annotations, class_codes
 from .corrected import as_confusion, corrected_onehot
 from .nc_ece import check_probs
@@ -72,23 +72,17 @@ def _bins(p: np.ndarray, n_bins: int) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class MulticlassRecalibrator:
+class MulticlassRecalibrator(FittedRecalibration):
     """A fitted C-class post-hoc map; JSON-able parameters (`to_dict` / `from_dict`).
 
     method : "temperature" ({"temperature", "clip"}) or "histogram" ({"n_bins", "values" (B lists of C)}).
-    corrected : fitted to corrected labels; target : "corrected", "soft_vote" or "majority_vote".
-    n_fit : items used. converged : optimiser converged with no bound active (histogram: True).
     diagnostics : loss, at_bound, min_recession_slope (temperature); n_clipped, empty_bins (histogram).
+    Other fields: see `FittedRecalibration` (format "noisycal.multiclass_recalibrator", version 1).
     """
 
-    method: str
-    params: dict[str, Any]
-    corrected: bool
-    target: str
-    n_fit: int
-    converged: bool
-    n_iter: int = 0
-    diagnostics: dict[str, Any] = field(default_factory=dict)
+    FORMAT = _FORMAT
+    KIND = "multi-class recalibrator"
+    METHODS = MULTICLASS_RECALIBRATION_METHODS
 
     def predict(self, probs: Any) -> np.ndarray:
         """Recalibrated (n, C) probabilities."""
@@ -102,26 +96,14 @@ class MulticlassRecalibrator:
         tot = q.sum(axis=1, keepdims=True)
         return np.where(tot > 0, q / np.where(tot > 0, tot, 1.0), p)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able description: every field, in order (format "noisycal.multiclass_recalibrator", version 1)."""
-        return {"format": _FORMAT, "version": 1, **_jsonable(asdict(self))}
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MulticlassRecalibrator:
-        if not isinstance(d, dict) or d.get("format") != _FORMAT or d.get("version") != 1:
-            raise ValueError(f"not a noisycal multi-class recalibrator dict (format/version): {str(d)[:120]!r}")
-        method = d.get("method")
-        if method not in MULTICLASS_RECALIBRATION_METHODS:
-            raise ValueError(f"method must be one of {MULTICLASS_RECALIBRATION_METHODS}, got {method!r}")
-        params = dict(d["params"])
+    def _check_params(cls, method: str, params: dict[str, Any]) -> None:
         if method == "temperature" and not float(params.get("temperature", 0)) > 0:
             raise ValueError(f"temperature must be > 0, got {params.get('temperature')!r}")
         if method == "histogram":
             v = np.asarray(params.get("values"), float)
             if v.ndim != 2 or v.shape[0] != int(params.get("n_bins", -1)):
                 raise ValueError(f"histogram values must be n_bins × C, got shape {v.shape}")
-        return cls(method, params, bool(d["corrected"]), str(d["target"]), int(d["n_fit"]), bool(d["converged"]),
-                   int(d.get("n_iter", 0)), dict(d.get("diagnostics", {})))
 
 
 def temperature_loss(theta: float, z: np.ndarray, y: np.ndarray) -> float:

@@ -19,13 +19,7 @@ from noisycal_platform.cleaning.encoder import embed, embed_frozen, load_checkpo
 from noisycal_platform.cleaning.encoder._vit import build_backbone  # noqa: E402
 from noisycal_platform.cleaning.encoder.config import PAPER  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class _Block(nn.Module):

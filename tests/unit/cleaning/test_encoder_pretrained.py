@@ -13,13 +13,7 @@ pytest.importorskip("efficientnet_lite_pytorch")
 from noisycal_platform.cleaning.encoder import embed_frozen, load_pretrained  # noqa: E402
 from noisycal_platform.cleaning.encoder.pretrained import ARCHS, dihedral_views, weights_path  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
