@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout, default_home
@@ -433,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from orchestration.errors import HomeBusy
 
+    # Dagster's own evaluator passes a beta parameter internally; the warning says nothing to a clinic's operator
+    warnings.filterwarnings("ignore", message=r"Parameter `include_sources`", module=r"dagster\..*")
     try:
         return int(args.func(args) or 0)
     except HomeBusy as exc:
