@@ -4,6 +4,9 @@
   hash (run_key = sha256, so a repeated or renamed copy requests nothing); downstream assets follow through
   their eager automation condition.
 - ``confirmation_sensor``: the confirmation tool appended answers -> ``raw/confirmations`` reruns.
+- ``audit_answers_sensor``: correctness-audit answers (web tool log, annotation CSVs), adjudications or the
+  audit sample added or changed -> ``correctness/audit_agreement`` reruns (its consensus file then reloads
+  ``raw/audit_labels`` through ``generations_sensor``).
 - ``reference_sensor``: ``references/labels.csv`` appeared or changed -> ``raw/reference_labels`` reruns.
 - ``model_version_sensor``: a new folder ``models/<version>/`` with predictions -> new ``model_versions``
   partition + a run of ``raw/predictions`` for it; the calibration assets follow for that partition. A
@@ -23,8 +26,10 @@ import json
 import dagster as dg
 
 from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
+from assets.correctness import AUDIT_AGREEMENT
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
+from noisycal_platform.correctness.audit_sample import AuditPaths
 from noisycal_platform.io import sha256_file
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
@@ -34,6 +39,7 @@ __all__ = [
     "SCHEDULES",
     "SENSORS",
     "annotation_sensor",
+    "audit_answers_sensor",
     "automation_sensor",
     "confirmation_sensor",
     "dataset_sensor",
@@ -110,6 +116,24 @@ def generations_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"generations-{key}", asset_selection=[GENERATIONS, AUDIT_LABELS])],
+        cursor=fingerprint,
+    )
+
+
+@dg.sensor(target=[AUDIT_AGREEMENT], default_status=RUNNING, minimum_interval_seconds=60)
+def audit_answers_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
+    """Audit answers, adjudications or the audit sample changed -> recompute agreement and the consensus labels
+    (seed 002 §2.4: two annotators, then a joint decision on their disagreements)."""
+    paths = AuditPaths(inbox.layout.home)
+    sample = paths.sample
+    fingerprint = _folder_fingerprint(paths.web_answers, paths.annotation_csvs, paths.adjudications) + (
+        f"|sample:{sample.stat().st_size}:{sample.stat().st_mtime_ns}" if sample.is_file() else ""
+    )
+    if not fingerprint or fingerprint == (context.cursor or ""):
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new audit answers or decisions"))
+    key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(run_key=f"audit-{key}", asset_selection=[AUDIT_AGREEMENT])],
         cursor=fingerprint,
     )
 
@@ -251,6 +275,7 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 
 SENSORS = [
     annotation_sensor,
+    audit_answers_sensor,
     confirmation_sensor,
     reference_sensor,
     model_version_sensor,

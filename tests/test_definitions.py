@@ -62,6 +62,7 @@ CHECKS = [
 ]
 SENSORS = [
     "annotation_sensor",
+    "audit_answers_sensor",
     "automation",
     "confirmation_sensor",
     "dataset_sensor",

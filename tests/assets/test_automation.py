@@ -277,3 +277,24 @@ def test_a_changed_settings_file_requests_the_calibration_rerun_per_version(defs
     assert {k.to_user_string() for k in r1.run_requests[0].asset_selection} >= {"calibration/nc_ece_report"}
     r2 = settings_sensor(_ctx(defs, layout, cursor=r1.cursor, name="settings_sensor"))
     assert not r2.run_requests
+
+
+def test_new_audit_answers_request_the_agreement_once(defs, layout):
+    from assets.automation import audit_answers_sensor
+    from noisycal_platform.correctness.audit_sample import AuditPaths
+
+    paths = AuditPaths(layout.home)
+    r0 = audit_answers_sensor(_ctx(defs, layout, name="audit_answers_sensor"))
+    assert not r0.run_requests  # nothing to agree on yet
+    paths.annotation_csvs.mkdir(parents=True)
+    (paths.annotation_csvs / "ann_a.csv").write_text(
+        "dataset,model,case_id,annotator_id,human_correct,error_category\nd,m,c0,ann_a,1,\n"
+    )
+    r1 = audit_answers_sensor(_ctx(defs, layout, name="audit_answers_sensor"))
+    assert [k.to_user_string() for k in r1.run_requests[0].asset_selection] == ["correctness/audit_agreement"]
+    r2 = audit_answers_sensor(_ctx(defs, layout, cursor=r1.cursor, name="audit_answers_sensor"))
+    assert not r2.run_requests  # unchanged: no second run
+    paths.adjudications.mkdir(parents=True)
+    (paths.adjudications / "joint.csv").write_text("dataset,model,case_id,human_correct,error_category\n")
+    r3 = audit_answers_sensor(_ctx(defs, layout, cursor=r1.cursor, name="audit_answers_sensor"))
+    assert len(r3.run_requests) == 1 and r3.run_requests[0].run_key != r1.run_requests[0].run_key
