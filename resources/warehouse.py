@@ -182,13 +182,22 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             if not table_exists(con, schema, table):
                 if empty is not None:
                     return empty
-                raise FileNotFoundError(
+                raise MissingTableError(
                     f"warehouse table {schema}.{table} does not exist yet: materialise {schema}/{table} first"
                 )
             if column is None:
                 return con.execute(f"SELECT * FROM {qualified}").pl()
             query = f"SELECT * FROM {qualified} WHERE {_ident(str(column))} IN (SELECT unnest(?))"
             return con.execute(query, [keys]).pl()
+
+
+class MissingTableError(FileNotFoundError, dg.Failure):
+    """An input table that was never materialised: a FileNotFoundError naming it, and a Dagster Failure that
+    the step retry policy does not retry (waiting cannot create the table)."""
+
+    def __init__(self, message: str) -> None:
+        FileNotFoundError.__init__(self, message)
+        dg.Failure.__init__(self, description=message, allow_retries=False)
 
 
 def warehouse_io_manager(database: Path) -> WarehouseIOManager:

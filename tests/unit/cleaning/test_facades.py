@@ -76,7 +76,7 @@ def fake_training(monkeypatch):
 
     calls = []
 
-    def train(pixels, config):
+    def train(pixels, config, progress=None):  # the real signature: progress receives one event per epoch
         calls.append(config.config_hash)
         return f"weights-{len(calls)}"
 
