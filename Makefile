@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel (STACK.md).
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm,scale]'
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
