@@ -295,10 +295,12 @@ def _test_sentence(nc_row: dict[str, Any]) -> str:
     if nc_row.get("p_value") is None:
         return ""
     verdict = "not consistent" if nc_row["p_value"] < 0.05 else "consistent"
+    shown = report_html.fmt_p(nc_row["p_value"])
+    p_text = html.escape(f"p {shown}" if shown.startswith("<") else f"p = {shown}")
     return (
         f"<p><b>Calibration test:</b> a calibrated predictor scored by these annotators would show an NC-ECE of "
         f"at most {_fmt(nc_row['null_q95'])} in 95% of samples; this model shows {_fmt(nc_row['value'])} "
-        f"(debiased {_fmt(nc_row['value_debiased'])}), {verdict} with calibration (p = {_fmt(nc_row['p_value'])})."
+        f"(debiased {_fmt(nc_row['value_debiased'])}), {verdict} with calibration ({p_text})."
         "</p>"
     )
 
