@@ -31,8 +31,11 @@ def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
     return "\n".join("- " + ", ".join(f"{k}: `{it.get(k)}`" for k in keys if k in it) for it in items)
 
 
-def _rejected_metadata(rejected: list[dict], place: str) -> dict:
-    """``rejected_<place>s`` (how many) and ``rejected`` (the first 50: file, place, column, reason)."""
+def _rejected_metadata(context: dg.AssetExecutionContext, rejected: list[dict], place: str, what: str) -> dict:
+    """Log each rejected record (file, ``place`` = row or line, column, reason) and return the metadata:
+    ``rejected_<place>s`` (how many) and ``rejected`` (the first 50)."""
+    for r in rejected:
+        context.log.warning(f"rejected {what} {r['file']} {place} {r[place]} ({r.get('column')}): {r['reason']}")
     return {
         f"rejected_{place}s": len(rejected),
         "rejected": dg.MetadataValue.md(_md_list(rejected[:50], ("file", place, "column", "reason"))),
@@ -104,14 +107,12 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
         raise dg.Failure(description=exc.safe, metadata={"file": str(path)}, allow_retries=False) from None
     rejected = [p.as_dict(path.name) for p in problems]
     inbox.quarantine_records("reference_labels", rejected)
-    for r in rejected:
-        context.log.warning(f"rejected {r['file']} row {r['row']} ({r['column']}): {r['reason']}")
     return dg.Output(
         frame,
         metadata={
             "rows": frame.height,
             "file": str(path),
-            **_rejected_metadata(rejected, "row"),
+            **_rejected_metadata(context, rejected, "row", "reference label"),
         },
     )
 
@@ -125,14 +126,12 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
 
     raw_frame, rejected = inbox.confirmations()
     frame = answers_from_records(raw_frame.drop("line").to_dicts())
-    for r in rejected:
-        context.log.warning(f"unusable confirmation line {r['file']}:{r['line']}: {r['reason']}")
     return dg.Output(
         frame,
         metadata={
             "answers": frame.height,
             "annotators": frame["annotator_id"].n_unique() if frame.height else 0,
-            **_rejected_metadata(rejected, "line"),
+            **_rejected_metadata(context, rejected, "line", "confirmation"),
         },
     )
 
@@ -193,7 +192,7 @@ def _fail_on_input_error(fn):
     description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
     "kept and counted as invalid, never dropped.",
 )
-def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+def generations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     rejected: list[dict] = []
     frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations, rejected))
     inbox.quarantine_records("generations", rejected)
@@ -201,7 +200,7 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
         frame,
         metadata={
             "predictions": frame.height,
-            **_rejected_metadata(rejected, "line"),
+            **_rejected_metadata(context, rejected, "line", "generation"),
             "malformed_outputs": int(frame["answer"].is_null().sum()) if frame.height else 0,
             "groups": frame.select("dataset", "model").n_unique() if frame.height else 0,
         },
@@ -214,7 +213,9 @@ def generations(inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
     "independent or joint decision; each row matched to exactly one generation.",
 )
-def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
+def audit_labels(
+    context: dg.AssetExecutionContext, generations: pl.DataFrame, inbox: InboxResource
+) -> dg.Output[pl.DataFrame]:
     rejected: list[dict] = []
     frame = _fail_on_input_error(
         lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations, rejected)
@@ -224,6 +225,6 @@ def audit_labels(generations: pl.DataFrame, inbox: InboxResource) -> dg.Output[p
         frame,
         metadata={
             "audited": frame.height,
-            **_rejected_metadata(rejected, "row"),
+            **_rejected_metadata(context, rejected, "row", "audit label"),
         },
     )
