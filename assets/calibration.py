@@ -55,7 +55,7 @@ def channel_estimates(
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
     return dg.Output(
-        CALIBRATION.tag(table, context.partition_key),
+        table,
         metadata={
             "method": str(table["method"][0]),
             "converged": bool(table["converged"].all()),
@@ -84,7 +84,6 @@ _NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap r
     "(seed 000 §3, §C, §6).",
 )
 def nc_ece_report(
-    context: dg.AssetExecutionContext,
     annotations: pl.DataFrame,
     predictions: pl.DataFrame,
     channel_estimates: pl.DataFrame,
@@ -100,7 +99,7 @@ def nc_ece_report(
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.Output(
-        CALIBRATION.tag(table, context.partition_key),
+        table,
         metadata={
             "nc_ece": float(nc["value"]),
             **{k: float("nan") if nc[c] is None else float(nc[c]) for k, c in _NC_METADATA.items()},
@@ -138,7 +137,7 @@ def recalibrators(
     for name, params in cal.recalibrator_exports(table).items():
         atomic_write_text(folder / f"{name}.json", json.dumps(params, indent=1, sort_keys=True))
     return dg.Output(
-        CALIBRATION.tag(table, context.partition_key),
+        table,
         metadata={
             "exported_to": str(folder),
             "regime": str(table["regime"][0]) if table.height else "none",
@@ -153,7 +152,6 @@ def recalibrators(
     "NC-ECE, naive ECE and, where clean reference labels exist, ECE, log loss and Brier score (§E.4).",
 )
 def recalibration_report(
-    context: dg.AssetExecutionContext,
     annotations: pl.DataFrame,
     predictions: pl.DataFrame,
     channel_estimates: pl.DataFrame,
@@ -168,6 +166,4 @@ def recalibration_report(
     cols = ["name", "n_eval", "nc_ece", "naive_soft_vote_ece"] + (
         ["ece", "log_loss", "brier"] if refs is not None else []
     )
-    return dg.Output(
-        CALIBRATION.tag(table, context.partition_key), metadata={"table": dg.MetadataValue.md(_md_table(table, cols))}
-    )
+    return dg.Output(table, metadata={"table": dg.MetadataValue.md(_md_table(table, cols))})

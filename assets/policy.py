@@ -167,14 +167,6 @@ class Stage:
             schema = {self.partition_column: pl.String(), **schema}
         return table_schema(schema)
 
-    def tag(self, frame: pl.DataFrame, partition_key: str) -> pl.DataFrame:
-        """``frame`` with the partition column first (set to ``partition_key``); unpartitioned: unchanged."""
-        if self.partition_column is None:
-            return frame
-        col = pl.lit(partition_key, dtype=pl.String).alias(self.partition_column)
-        rest = [c for c in frame.columns if c != self.partition_column]
-        return frame.select(col, *rest)
-
 
 RAW = Stage("raw", automation_condition=False)
 CLEANING = Stage("cleaning", partitions_def=DATASETS, partition_column=DATASET_COLUMN)
