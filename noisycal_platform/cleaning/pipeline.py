@@ -756,21 +756,10 @@ def near_duplicate_rankings(
     gray = np.rint(np.tensordot(np.array([0.299, 0.587, 0.114], np.float32), rgb, axes=([0], [1]))).astype(np.uint8)
     vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), extract_sift(gray), k=k,
                                   min_inliers=min_inliers)
-    verified = pl.DataFrame(
-        {
-            "embedding_kind": "dino",
-            "rank": np.arange(len(vp), dtype=np.int64),
-            "idx_1": vp.pairs[:, 0],
-            "idx_2": vp.pairs[:, 1],
-            "file_name_1": files["file_name"].gather(vp.pairs[:, 0]),
-            "file_name_2": files["file_name"].gather(vp.pairs[:, 1]),
-            "score": vp.dist,
-            "inliers": vp.inliers,
-            "verified": vp.verified,
-        },
-        schema=NEAR_DUPLICATE_SCHEMA,
+    verified = PairRanking(vp.pairs, vp.dist).to_frame(files, "dino").with_columns(
+        pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )
-    return pl.concat([verified, _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+    return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
 
 
 def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
