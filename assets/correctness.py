@@ -15,12 +15,11 @@ from resources.inbox import InboxResource
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
 
-CRITERION_DECISIONS = CORRECTNESS.key("criterion_decisions")
-UE_SCORES = CORRECTNESS.key("ue_scores")
-CRITERION_AUDIT = CORRECTNESS.key("criterion_audit")
-UE_SENSITIVITY = CORRECTNESS.key("ue_sensitivity")
-FALSE_ACCEPTANCE = CORRECTNESS.key("false_acceptance")
-AUDIT_AGREEMENT = CORRECTNESS.key("audit_agreement")
+CRITERION_DECISIONS, UE_SCORES, CRITERION_AUDIT, UE_SENSITIVITY, FALSE_ACCEPTANCE, AUDIT_AGREEMENT = (
+    CORRECTNESS.key(n)
+    for n in ("criterion_decisions", "ue_scores", "criterion_audit", "ue_sensitivity", "false_acceptance",
+              "audit_agreement")
+)
 
 
 @CORRECTNESS.asset(

@@ -16,13 +16,11 @@ from noisycal_platform.io import InputError, read_predictions, read_reference_la
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
-ANNOTATIONS = RAW.key("annotations")
-PREDICTIONS = RAW.key("predictions")
-REFERENCE_LABELS = RAW.key("reference_labels")
-CONFIRMATIONS = RAW.key("confirmations")
-GENERATIONS = RAW.key("generations")
-AUDIT_LABELS = RAW.key("audit_labels")
-IMAGES = RAW.key("images")
+ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, CONFIRMATIONS, GENERATIONS, AUDIT_LABELS, IMAGES = (
+    RAW.key(n)
+    for n in ("annotations", "predictions", "reference_labels", "confirmations", "generations", "audit_labels",
+              "images")
+)
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:

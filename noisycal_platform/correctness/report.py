@@ -17,7 +17,7 @@ from noisycal_platform import report_html
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.sensitivity import ranking_reversals
 
-__all__ = ["render_correctness_report"]
+__all__ = ["correctness_status_line", "render_correctness_report"]
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
@@ -243,6 +243,13 @@ def _fa_table(fa: pl.DataFrame) -> str:
         "of that category, averaged with equal weight over the dataset–model groups containing at least one "
         "such error; pooled counts in brackets.</p>"
     )
+
+
+def correctness_status_line(criterion_audit: pl.DataFrame, *, synthetic: bool) -> str:
+    """One plain sentence for the index page: how many criteria were audited against human labels."""
+    ok = criterion_audit.filter(pl.col("status") == "ok") if "status" in criterion_audit.columns else None
+    n_ok = ok["criterion"].n_unique() if ok is not None and ok.height else 0
+    return f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")
 
 
 def render_correctness_report(
