@@ -11,6 +11,7 @@ the ``dataset`` partition column.
 import dagster as dg
 import polars as pl
 
+from assets._shell import failing_on
 from assets.policy import CLEANING
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
@@ -344,10 +345,8 @@ def cleaning_impact(
 ) -> dg.Output[pl.DataFrame]:
     dataset = context.partition_key
     version, path = model_registry.cleaning_scores_file(dataset) or (None, None)
-    try:
+    with failing_on(InputError, file=path):  # fails this dataset with the file, row and column; others go on
         scores = read_cleaning_scores(path) if path is not None else None
-    except InputError as exc:  # fail this partition with the file, row and column; other datasets go on
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
     frame = cp.cleaning_impact_tables(
         scores, images, cleaned_file_list, dataset=dataset, model_version=version,
         n_boot=settings.n_bootstrap_cleaning, seed=settings.seed,
