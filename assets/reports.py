@@ -155,6 +155,47 @@ CALIBRATION_INPUTS = {
 }
 
 
+#: The calibration outputs a model version needs before its report is built; the overview lists the others.
+_BUILT_FROM = ("predictions", "channel_estimates", "nc_ece_report")
+
+
+def _of_version(frame: pl.DataFrame, version: str) -> pl.DataFrame:
+    """The rows of one model version without the partition column (a frame without it is returned as is)."""
+    if MODEL_VERSION_COLUMN not in frame.columns:
+        return frame
+    return frame.filter(pl.col(MODEL_VERSION_COLUMN) == version).drop(MODEL_VERSION_COLUMN)
+
+
+def _built_versions(tables: dict[str, pl.DataFrame]) -> list[str]:
+    """Versions with every table of ``_BUILT_FROM``; an upstream never built loads as a frame without columns."""
+    present = [
+        set(f[MODEL_VERSION_COLUMN].unique().to_list()) if MODEL_VERSION_COLUMN in f.columns else set()
+        for f in (tables[name] for name in _BUILT_FROM)
+    ]
+    return sorted(set.intersection(*present))
+
+
+def _version_page(tables: dict[str, pl.DataFrame], version: str, settings: SettingsResource) -> tuple[str, str]:
+    """(HTML report, markdown summary) of one model version."""
+    t = {name: _of_version(frame, version) for name, frame in tables.items()}
+    matrix = cal.annotation_matrix(t["annotations"], t["predictions"].select("item_id", "score"))
+    html = render_calibration_report(
+        matrix,
+        t["channel_estimates"],
+        t["nc_ece_report"],
+        t["recalibrators"],
+        t["recalibration_report"],
+        t["reference_labels"] if t["reference_labels"].height else None,
+        model_version=version,
+        n_bins=settings.n_bins,
+        nc_ece_limit=settings.nc_ece_limit,
+    )
+    summary = calibration_summary_markdown(
+        t["channel_estimates"], t["nc_ece_report"], t["recalibration_report"], model_version=version
+    )
+    return html, summary
+
+
 @REPORTS.asset(
     ins=CALIBRATION_INPUTS,
     description="HTML calibration report per model version: reliability diagrams, channel table, NC-ECE vs "
@@ -162,58 +203,20 @@ CALIBRATION_INPUTS = {
     "per version and the versions that could not be built, with the reason (reports/calibration.html).",
 )
 def calibration(
-    context: dg.AssetExecutionContext,
-    annotations: pl.DataFrame,
-    predictions: pl.DataFrame,
-    reference_labels: pl.DataFrame,
-    channel_estimates: pl.DataFrame,
-    nc_ece_report: pl.DataFrame,
-    recalibrators: pl.DataFrame,
-    recalibration_report: pl.DataFrame,
-    inbox: InboxResource,
-    settings: SettingsResource,
+    context: dg.AssetExecutionContext, inbox: InboxResource, settings: SettingsResource, **tables: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
-    layout = inbox.layout
-    created = _now()
-    rows, summaries = [], []
-    # versions with every calibration output present; an upstream never built loads as a frame without columns
-    present = [
-        set(f[MODEL_VERSION_COLUMN].unique().to_list()) if MODEL_VERSION_COLUMN in f.columns else set()
-        for f in (predictions, channel_estimates, nc_ece_report)
-    ]
-    versions = sorted(set.intersection(*present))
+    layout, created = inbox.layout, _now()
+    versions = _built_versions(tables)
     missing = _missing_versions(context.instance, versions)
+    rows, summaries = [], []
     for version in versions:
-
-        def part(frame: pl.DataFrame, v: str = version) -> pl.DataFrame:
-            if MODEL_VERSION_COLUMN not in frame.columns:
-                return frame
-            return frame.filter(pl.col(MODEL_VERSION_COLUMN) == v).drop(MODEL_VERSION_COLUMN)
-
-        matrix = cal.annotation_matrix(annotations, part(predictions).select("item_id", "score"))
-        text = render_calibration_report(
-            matrix,
-            part(channel_estimates),
-            part(nc_ece_report),
-            part(recalibrators),
-            part(recalibration_report),
-            reference_labels if reference_labels.height else None,
-            model_version=version,
-            n_bins=settings.n_bins,
-            nc_ece_limit=settings.nc_ece_limit,
-        )
-        written = _write(layout.reports / "calibration" / f"{version}.html", text)
+        html, summary = _version_page(tables, version, settings)
+        written = _write(layout.reports / "calibration" / f"{version}.html", html)
         rows.append({"report": "calibration", "scope": version, "created": created, **written})
-        summaries.append(
-            calibration_summary_markdown(
-                part(channel_estimates),
-                part(nc_ece_report),
-                part(recalibration_report),
-                model_version=version,
-            )
-        )
+        summaries.append(summary)
+    nc_ece = tables["nc_ece_report"]
     verdicts = ri.calibration_verdicts(
-        nc_ece_report.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece_report.head(0),
+        nc_ece.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece.head(0),
         settings.nc_ece_limit,
     )
     overview = ri.render_calibration_overview(verdicts, missing, limit=settings.nc_ece_limit, created=created)
