@@ -38,19 +38,10 @@ def criterion_decisions(
         judge=judge.get_judge(),
     )
     frame = cp.criterion_decisions(generations, config)
-    summary = (
-        frame.group_by("criterion")
-        .agg(
-            pl.col("skipped").all().alias("skipped"),
-            pl.col("accepted").mean().alias("acceptance_rate"),
-            pl.col("reason").first().alias("note"),
-        )
-        .sort("criterion")
-    )
     md = "\n".join(
         f"- `{r['criterion']}`: "
         + (f"skipped — {r['note']}" if r["skipped"] else f"accepts {r['acceptance_rate']:.3f}")
-        for r in summary.iter_rows(named=True)
+        for r in cp.criteria_summary(frame).iter_rows(named=True)
     )
     return dg.Output(frame, metadata={"criteria": dg.MetadataValue.md(md)})
 

@@ -38,6 +38,7 @@ __all__ = [
     "UE_METHODS",
     "UE_SCORES_SCHEMA",
     "CriteriaConfig",
+    "criteria_summary",
     "criterion_audit",
     "criterion_decisions",
     "false_acceptance",
@@ -174,6 +175,20 @@ def _skipped(gen: pl.DataFrame, criterion: str, note: str) -> pl.DataFrame:
             pl.lit(None, pl.String).alias("criterion_model_sha256"),
         )
         .drop("answer")
+    )
+
+
+def criteria_summary(decisions: pl.DataFrame) -> pl.DataFrame:
+    """Per criterion of :func:`criterion_decisions`: ``skipped`` (every row skipped), ``acceptance_rate`` (share of
+    predictions accepted) and ``note`` (the first row's reason, e.g. why it was skipped), sorted by criterion."""
+    return (
+        decisions.group_by("criterion")
+        .agg(
+            pl.col("skipped").all().alias("skipped"),
+            pl.col("accepted").mean().alias("acceptance_rate"),
+            pl.col("reason").first().alias("note"),
+        )
+        .sort("criterion")
     )
 
 
