@@ -20,14 +20,13 @@ from noisycal_platform.correctness import ue
 from noisycal_platform.correctness.audit_stage import (
     AUDIT_RESULT_SCHEMA,
     FALSE_ACCEPTANCE_SCHEMA,
-    KEY,
     REFERENCE_CRITERION,
     UE_METHODS,
     criterion_audit,
     false_acceptance,
     ue_sensitivity,
 )
-from noisycal_platform.correctness.io import CorrectnessInputError, read_audit_labels, read_generations
+from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError, read_audit_labels, read_generations
 
 __all__ = [
     "AUDIT_RESULT_SCHEMA",
@@ -50,9 +49,7 @@ __all__ = [
 
 
 DECISIONS_SCHEMA = {
-    "dataset": pl.String,
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,
     "criterion": pl.String,
     "accepted": pl.Boolean,  # null when the criterion was skipped
     "invalid": pl.Boolean,  # null when skipped
@@ -64,9 +61,7 @@ DECISIONS_SCHEMA = {
 }
 NO_NLI_CLUSTERING = "none: no NLI model configured; semantic entropy not computed (see answer_entropy)"
 UE_SCORES_SCHEMA = {
-    "dataset": pl.String,
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,
     "self_certainty": pl.Float64,
     "logtoku": pl.Float64,
     "answer_entropy": pl.Float64,
