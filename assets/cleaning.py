@@ -11,6 +11,7 @@ the ``dataset`` partition column.
 import dagster as dg
 import polars as pl
 
+from assets._shell import failing_on
 from assets.policy import CLEANING
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
@@ -42,6 +43,7 @@ RANKINGS_IN = {
     "rank_label_errors": dg.AssetIn(RANK_LABEL_ERRORS),
 }
 ANSWERS_IN = {"confirmations": dg.AssetIn(CONFIRMATIONS), "confirmation_queue": dg.AssetIn(CONFIRMATION_QUEUE)}
+CONFIRMED_IN = {**IMAGES_IN, "confirmed_issues": dg.AssetIn(CONFIRMED_ISSUES)}
 #: For the statistics over the answers alone: the queue is upstream (lineage, automation) but not loaded.
 AFTER_QUEUE = {"ins": {"confirmations": dg.AssetIn(CONFIRMATIONS)}, "deps": [CONFIRMATION_QUEUE]}
 
@@ -52,6 +54,11 @@ def _n_stop(settings: SettingsResource) -> int:
 
 def _answers(confirmations: pl.DataFrame, dataset: str) -> pl.DataFrame:
     return confirmations.filter(pl.col("dataset") == dataset)
+
+
+def _counts(frame: pl.DataFrame, column: str, prefix: str) -> dict[str, int]:
+    """Metadata ``<prefix>_<value>``: the number of rows per value of ``column`` (a null value reads ``open``)."""
+    return {f"{prefix}_{v or 'open'}": n for v, n in frame.group_by(column).len().sort(column).iter_rows()}
 
 
 # ------------------------------------------------------------------------------------------- embeddings
@@ -190,13 +197,12 @@ def confirmation_queue(
         exports, dataset, queue, dataset_root=str(images["root"][0]), stopping_count=_n_stop(settings),
         p_chance=settings.p_chance, p_plus=settings.p_plus,
     )
-    counts = queue.group_by("issue_type").len().sort("issue_type")
     return dg.Output(
         queue,
         metadata={
             "stopping_count": meta["stopping_count"],
             "exported": str(exports / f"{dataset}.parquet"),
-            **{f"candidates_{r['issue_type']}": int(r["len"]) for r in counts.iter_rows(named=True)},
+            **_counts(queue, "issue_type", "candidates"),
         },
     )
 
@@ -237,13 +243,11 @@ def annotation_sessions(
 ) -> dg.Output[pl.DataFrame]:
     answers = _answers(confirmations, context.partition_key)
     frame = cp.session_endings_table(answers, confirmation_queue, n_stop=_n_stop(settings))
-    ended = frame.group_by("ended_by").len()
-    return dg.Output(frame, metadata={"sessions": frame.height, **{
-        f"ended_by_{r['ended_by'] or 'open'}": int(r["len"]) for r in ended.iter_rows(named=True)}})
+    return dg.Output(frame, metadata={"sessions": frame.height, **_counts(frame, "ended_by", "ended_by")})
 
 
 @CLEANING.asset(
-    ins={**IMAGES_IN, "confirmed_issues": dg.AssetIn(CONFIRMED_ISSUES)},
+    ins=CONFIRMED_IN,
     schema=cp.CLEANED_LIST_SCHEMA,
     description="The cleaned file list per aggregation rule: confirmed irrelevant samples dropped, one image "
     "kept per confirmed near-duplicate group (seeded); label errors are not removed. Exported as "
@@ -263,7 +267,7 @@ def cleaned_file_list(
 
 # ------------------------------------------------------------------------------------------- statistics
 @CLEANING.asset(
-    ins={**IMAGES_IN, "confirmed_issues": dg.AssetIn(CONFIRMED_ISSUES)},
+    ins=CONFIRMED_IN,
     schema=cp.PREVALENCE_SCHEMA,
     description="Prevalence of confirmed label errors with a Clopper–Pearson 95% CI (label errors are "
     "reported, not removed: seed 001 §3.4).",
@@ -344,10 +348,8 @@ def cleaning_impact(
 ) -> dg.Output[pl.DataFrame]:
     dataset = context.partition_key
     version, path = model_registry.cleaning_scores_file(dataset) or (None, None)
-    try:
+    with failing_on(InputError, file=path):  # fails this dataset with the file, row and column; others go on
         scores = read_cleaning_scores(path) if path is not None else None
-    except InputError as exc:  # fail this partition with the file, row and column; other datasets go on
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}) from None
     frame = cp.cleaning_impact_tables(
         scores, images, cleaned_file_list, dataset=dataset, model_version=version,
         n_boot=settings.n_bootstrap_cleaning, seed=settings.seed,

@@ -15,12 +15,11 @@ from resources.inbox import InboxResource
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
 
-CRITERION_DECISIONS = CORRECTNESS.key("criterion_decisions")
-UE_SCORES = CORRECTNESS.key("ue_scores")
-CRITERION_AUDIT = CORRECTNESS.key("criterion_audit")
-UE_SENSITIVITY = CORRECTNESS.key("ue_sensitivity")
-FALSE_ACCEPTANCE = CORRECTNESS.key("false_acceptance")
-AUDIT_AGREEMENT = CORRECTNESS.key("audit_agreement")
+CRITERION_DECISIONS, UE_SCORES, CRITERION_AUDIT, UE_SENSITIVITY, FALSE_ACCEPTANCE, AUDIT_AGREEMENT = (
+    CORRECTNESS.key(n)
+    for n in ("criterion_decisions", "ue_scores", "criterion_audit", "ue_sensitivity", "false_acceptance",
+              "audit_agreement")
+)
 
 
 @CORRECTNESS.asset(
@@ -39,19 +38,10 @@ def criterion_decisions(
         judge=judge.get_judge(),
     )
     frame = cp.criterion_decisions(generations, config)
-    summary = (
-        frame.group_by("criterion")
-        .agg(
-            pl.col("skipped").all().alias("skipped"),
-            pl.col("accepted").mean().alias("acceptance_rate"),
-            pl.col("reason").first().alias("note"),
-        )
-        .sort("criterion")
-    )
     md = "\n".join(
         f"- `{r['criterion']}`: "
         + (f"skipped — {r['note']}" if r["skipped"] else f"accepts {r['acceptance_rate']:.3f}")
-        for r in summary.iter_rows(named=True)
+        for r in cp.criteria_summary(frame).iter_rows(named=True)
     )
     return dg.Output(frame, metadata={"criteria": dg.MetadataValue.md(md)})
 

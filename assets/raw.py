@@ -9,20 +9,20 @@ from datetime import UTC, datetime
 import dagster as dg
 import polars as pl
 
-from assets.policy import BY_DATASET, BY_MODEL_VERSION, DATASET_COLUMN, EAGER, MODEL_VERSION_COLUMN, RAW
+from assets._shell import failing_on
+from assets.policy import BY_DATASET, BY_MODEL_VERSION, EAGER, MODEL_VERSION_COLUMN, RAW
 from noisycal_platform.correctness import pipeline as correctness_pipeline
+from noisycal_platform.correctness.io import CorrectnessInputError
 from noisycal_platform.ingest import IngestError
 from noisycal_platform.io import InputError, read_predictions, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 
-ANNOTATIONS = RAW.key("annotations")
-PREDICTIONS = RAW.key("predictions")
-REFERENCE_LABELS = RAW.key("reference_labels")
-CONFIRMATIONS = RAW.key("confirmations")
-GENERATIONS = RAW.key("generations")
-AUDIT_LABELS = RAW.key("audit_labels")
-IMAGES = RAW.key("images")
+ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, CONFIRMATIONS, GENERATIONS, AUDIT_LABELS, IMAGES = (
+    RAW.key(n)
+    for n in ("annotations", "predictions", "reference_labels", "confirmations", "generations", "audit_labels",
+              "images")
+)
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
@@ -47,11 +47,9 @@ def _rejected_metadata(context: dg.AssetExecutionContext, rejected: list[dict], 
     "each bad row is quarantined with file, row, column and reason while the good rows of its batch land.",
 )
 def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    try:
+    with failing_on(IngestError):
         report = inbox.ingest_annotations()
         frame = inbox.annotations()
-    except IngestError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for q in report.quarantined:
         context.log.warning(f"quarantined {q['file']}: {q['reason']}")
     return dg.Output(
@@ -76,11 +74,8 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
     version = context.partition_key
     path = model_registry.predictions_file(version)
-    try:
+    with failing_on(InputError, file=path):  # nothing is written for this version, earlier ones stay as they are
         frame = read_predictions(path)
-    except InputError as exc:
-        # Fail the step: nothing is written for this version, earlier versions stay as they are.
-        raise dg.Failure(description=str(exc), metadata={"file": str(path)}, allow_retries=False) from None
     registered = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     frame = frame.with_columns(
         pl.lit(version).alias(MODEL_VERSION_COLUMN),
@@ -101,10 +96,8 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
     if not path.is_file() and not path.is_symlink():
         frame = pl.DataFrame(schema={"item_id": pl.String, "label": pl.Int8})
         return dg.Output(frame, metadata={"rows": 0, "note": f"no reference labels at {path}"})
-    try:
+    with failing_on(InputError, file=path, safe=True):
         frame, problems = read_reference_label_records(path)
-    except InputError as exc:
-        raise dg.Failure(description=exc.safe, metadata={"file": str(path)}, allow_retries=False) from None
     rejected = [p.as_dict(path.name) for p in problems]
     inbox.quarantine_records("reference_labels", rejected)
     return dg.Output(
@@ -150,20 +143,13 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
         raise dg.Failure(
             description=f"dataset {name!r} is no longer registered (datasets/ or datasets.json)", allow_retries=False
         )
-    try:
+    with failing_on(ImageDatasetError):
         ds = read_image_dataset(roots[name])
-    except ImageDatasetError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
     for row in ds.excluded.iter_rows(named=True):
         context.log.warning(
             f"{name}: excluded {row['file_name']} (row {row['row']}, column {row['column']}): {row['reason']}"
         )
-    frame = ds.frame.with_row_index("idx").with_columns(
-        pl.col("idx").cast(pl.Int64),
-        pl.lit(name).alias(DATASET_COLUMN),
-        pl.lit(ds.content_hash).alias("dataset_hash"),
-        pl.lit(str(ds.root)).alias("root"),
-    )
+    frame = ds.table(name)
     return dg.Output(
         frame,
         metadata={
@@ -179,22 +165,14 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
     )
 
 
-def _fail_on_input_error(fn):
-    from noisycal_platform.correctness.io import CorrectnessInputError
-
-    try:
-        return fn()
-    except CorrectnessInputError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False) from None
-
-
 @RAW.asset(
     description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
     "kept and counted as invalid, never dropped.",
 )
 def generations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     rejected: list[dict] = []
-    frame = _fail_on_input_error(lambda: correctness_pipeline.raw_generations(inbox.layout.generations, rejected))
+    with failing_on(CorrectnessInputError):
+        frame = correctness_pipeline.raw_generations(inbox.layout.generations, rejected)
     inbox.quarantine_records("generations", rejected)
     return dg.Output(
         frame,
@@ -217,9 +195,8 @@ def audit_labels(
     context: dg.AssetExecutionContext, generations: pl.DataFrame, inbox: InboxResource
 ) -> dg.Output[pl.DataFrame]:
     rejected: list[dict] = []
-    frame = _fail_on_input_error(
-        lambda: correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations, rejected)
-    )
+    with failing_on(CorrectnessInputError):
+        frame = correctness_pipeline.raw_audit_labels(inbox.layout.audit_labels, generations, rejected)
     inbox.quarantine_records("audit_labels", rejected)
     return dg.Output(
         frame,

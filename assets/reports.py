@@ -15,11 +15,12 @@ import dagster as dg
 import polars as pl
 
 from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS, SCORED_INS
-from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VERSIONS, RAW, REPORTS
-from assets.raw import REFERENCE_LABELS
+from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VERSIONS, REPORTS
+from assets.raw import IMAGES, REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
+from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from noisycal_platform.report_html import fmt_time
@@ -154,6 +155,47 @@ CALIBRATION_INPUTS = {
 }
 
 
+#: The calibration outputs a model version needs before its report is built; the overview lists the others.
+_BUILT_FROM = ("predictions", "channel_estimates", "nc_ece_report")
+
+
+def _of_version(frame: pl.DataFrame, version: str) -> pl.DataFrame:
+    """The rows of one model version without the partition column (a frame without it is returned as is)."""
+    if MODEL_VERSION_COLUMN not in frame.columns:
+        return frame
+    return frame.filter(pl.col(MODEL_VERSION_COLUMN) == version).drop(MODEL_VERSION_COLUMN)
+
+
+def _built_versions(tables: dict[str, pl.DataFrame]) -> list[str]:
+    """Versions with every table of ``_BUILT_FROM``; an upstream never built loads as a frame without columns."""
+    present = [
+        set(f[MODEL_VERSION_COLUMN].unique().to_list()) if MODEL_VERSION_COLUMN in f.columns else set()
+        for f in (tables[name] for name in _BUILT_FROM)
+    ]
+    return sorted(set.intersection(*present))
+
+
+def _version_page(tables: dict[str, pl.DataFrame], version: str, settings: SettingsResource) -> tuple[str, str]:
+    """(HTML report, markdown summary) of one model version."""
+    t = {name: _of_version(frame, version) for name, frame in tables.items()}
+    matrix = cal.annotation_matrix(t["annotations"], t["predictions"].select("item_id", "score"))
+    html = render_calibration_report(
+        matrix,
+        t["channel_estimates"],
+        t["nc_ece_report"],
+        t["recalibrators"],
+        t["recalibration_report"],
+        t["reference_labels"] if t["reference_labels"].height else None,
+        model_version=version,
+        n_bins=settings.n_bins,
+        nc_ece_limit=settings.nc_ece_limit,
+    )
+    summary = calibration_summary_markdown(
+        t["channel_estimates"], t["nc_ece_report"], t["recalibration_report"], model_version=version
+    )
+    return html, summary
+
+
 @REPORTS.asset(
     ins=CALIBRATION_INPUTS,
     description="HTML calibration report per model version: reliability diagrams, channel table, NC-ECE vs "
@@ -161,58 +203,20 @@ CALIBRATION_INPUTS = {
     "per version and the versions that could not be built, with the reason (reports/calibration.html).",
 )
 def calibration(
-    context: dg.AssetExecutionContext,
-    annotations: pl.DataFrame,
-    predictions: pl.DataFrame,
-    reference_labels: pl.DataFrame,
-    channel_estimates: pl.DataFrame,
-    nc_ece_report: pl.DataFrame,
-    recalibrators: pl.DataFrame,
-    recalibration_report: pl.DataFrame,
-    inbox: InboxResource,
-    settings: SettingsResource,
+    context: dg.AssetExecutionContext, inbox: InboxResource, settings: SettingsResource, **tables: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
-    layout = inbox.layout
-    created = _now()
-    rows, summaries = [], []
-    # versions with every calibration output present; an upstream never built loads as a frame without columns
-    present = [
-        set(f[MODEL_VERSION_COLUMN].unique().to_list()) if MODEL_VERSION_COLUMN in f.columns else set()
-        for f in (predictions, channel_estimates, nc_ece_report)
-    ]
-    versions = sorted(set.intersection(*present))
+    layout, created = inbox.layout, _now()
+    versions = _built_versions(tables)
     missing = _missing_versions(context.instance, versions)
+    rows, summaries = [], []
     for version in versions:
-
-        def part(frame: pl.DataFrame, v: str = version) -> pl.DataFrame:
-            if MODEL_VERSION_COLUMN not in frame.columns:
-                return frame
-            return frame.filter(pl.col(MODEL_VERSION_COLUMN) == v).drop(MODEL_VERSION_COLUMN)
-
-        matrix = cal.annotation_matrix(annotations, part(predictions).select("item_id", "score"))
-        text = render_calibration_report(
-            matrix,
-            part(channel_estimates),
-            part(nc_ece_report),
-            part(recalibrators),
-            part(recalibration_report),
-            reference_labels if reference_labels.height else None,
-            model_version=version,
-            n_bins=settings.n_bins,
-            nc_ece_limit=settings.nc_ece_limit,
-        )
-        written = _write(layout.reports / "calibration" / f"{version}.html", text)
+        html, summary = _version_page(tables, version, settings)
+        written = _write(layout.reports / "calibration" / f"{version}.html", html)
         rows.append({"report": "calibration", "scope": version, "created": created, **written})
-        summaries.append(
-            calibration_summary_markdown(
-                part(channel_estimates),
-                part(nc_ece_report),
-                part(recalibration_report),
-                model_version=version,
-            )
-        )
+        summaries.append(summary)
+    nc_ece = tables["nc_ece_report"]
     verdicts = ri.calibration_verdicts(
-        nc_ece_report.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece_report.head(0),
+        nc_ece.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece.head(0),
         settings.nc_ece_limit,
     )
     overview = ri.render_calibration_overview(verdicts, missing, limit=settings.nc_ece_limit, created=created)
@@ -239,87 +243,26 @@ def calibration(
     )
 
 
-CLEANING_INPUTS = {
-    name: dg.AssetIn(CLEANING.key(name))
-    for name in (
-        "confirmation_queue",
-        "confirmed_issues",
-        "label_error_prevalence",
-        "agreement",
-        "ranking_quality",
-        "ranking_vs_truth",
-        "annotation_speedup",
-        "cleaning_impact",
-        "stopping_sensitivity",
-        "expert_lay_tests",
-        "annotation_sessions",
-    )
-}
+CLEANING_INPUTS = {"images": dg.AssetIn(IMAGES), **{n: dg.AssetIn(CLEANING.key(n)) for n in cp.REPORT_INPUTS}}
 
 
 @REPORTS.asset(
-    ins={"images": dg.AssetIn(RAW.key("images")), **CLEANING_INPUTS},
+    ins=CLEANING_INPUTS,
     description="HTML cleaning report (reports/cleaning.html): review progress, issue table per dataset and "
     "rule (seed 001 Table 1), agreement with CIs, ranking quality (and vs known truth), speed-up, impact on "
     "model metrics, stopping-rule sensitivity, expert vs lay, top candidates as thumbnails. Before any answer "
     "it shows the ranked candidates and says that no answers have arrived.",
 )
 def cleaning(
-    context: dg.AssetExecutionContext,
-    images: pl.DataFrame,
-    confirmation_queue: pl.DataFrame,
-    confirmed_issues: pl.DataFrame,
-    label_error_prevalence: pl.DataFrame,
-    agreement: pl.DataFrame,
-    ranking_quality: pl.DataFrame,
-    ranking_vs_truth: pl.DataFrame,
-    annotation_speedup: pl.DataFrame,
-    cleaning_impact: pl.DataFrame,
-    stopping_sensitivity: pl.DataFrame,
-    expert_lay_tests: pl.DataFrame,
-    annotation_sessions: pl.DataFrame,
-    inbox: InboxResource,
+    context: dg.AssetExecutionContext, images: pl.DataFrame, inbox: InboxResource, **tables: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
-    from noisycal_platform.cleaning import pipeline as cp
-    from noisycal_platform.cleaning.report import cleaning_status_line
-
-    layout = inbox.layout
     created = _now()
-    registered = "dataset" in images.columns and images.height > 0
-    sizes = (
-        {r["dataset"]: int(r["n"]) for r in images.group_by("dataset").agg(pl.len().alias("n")).iter_rows(named=True)}
-        if registered
-        else {}
-    )
-    roots = (
-        {r["dataset"]: r["root"] for r in images.select("dataset", "root").unique().iter_rows(named=True)}
-        if registered
-        else {}
-    )
-    confirmed = confirmed_issues if "dataset" in confirmed_issues.columns else pl.DataFrame(schema=cp.CONFIRMED_SCHEMA)
-    text = cp.render_cleaning_report(
-        issues=cp.issue_table(confirmed, sizes),
-        prevalence=label_error_prevalence,
-        agreement=agreement,
-        ranking_quality=ranking_quality,
-        ranking_truth=ranking_vs_truth,
-        speedup=cp.speedup_averages(annotation_speedup),
-        impact=cleaning_impact,
-        sensitivity=stopping_sensitivity,
-        expert_lay=expert_lay_tests,
-        sessions=annotation_sessions,
-        queue=confirmation_queue,
-        confirmed=confirmed,
-        dataset_roots=roots,
-        dataset_sizes=sizes,
-        created=created,
-    )
-    verdict = cleaning_status_line(confirmation_queue, confirmed) if sizes else "no dataset registered yet"
+    page = cp.cleaning_report(images, tables, created=created)
     frame = _publish_page(
-        context, layout, "cleaning", "Data cleaning", ",".join(sorted(sizes)), text, created, verdict,
-        [RAW.key("images")] + [a.key for a in CLEANING_INPUTS.values()],
+        context, inbox.layout, "cleaning", "Data cleaning", ",".join(page.datasets), page.html, created, page.verdict,
+        [a.key for a in CLEANING_INPUTS.values()],
     )
-    return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(sizes), "status": verdict})
+    return dg.Output(frame, metadata={"path": frame["path"][0], "datasets": len(page.datasets), "status": page.verdict})
 
 
 CORRECTNESS_INPUTS = {
@@ -333,23 +276,15 @@ CORRECTNESS_INPUTS = {
     "reversals highlighted, false acceptance by error category.",
 )
 def correctness(
-    context: dg.AssetExecutionContext,
-    criterion_audit: pl.DataFrame,
-    ue_sensitivity: pl.DataFrame,
-    false_acceptance: pl.DataFrame,
-    inbox: InboxResource,
+    context: dg.AssetExecutionContext, inbox: InboxResource, **tables: pl.DataFrame
 ) -> dg.Output[pl.DataFrame]:
-    from noisycal_platform.correctness.report import render_correctness_report
+    from noisycal_platform.correctness.report import correctness_status_line, render_correctness_report
 
     layout = inbox.layout
     synthetic = (layout.generations.parent / "SYNTHETIC").is_file()
     created = _now()
-    text = render_correctness_report(
-        criterion_audit, ue_sensitivity, false_acceptance, synthetic=synthetic, created=created
-    )
-    ok = criterion_audit.filter(pl.col("status") == "ok") if "status" in criterion_audit.columns else None
-    n_ok = ok["criterion"].n_unique() if ok is not None and ok.height else 0
-    verdict = f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")
+    text = render_correctness_report(**tables, synthetic=synthetic, created=created)
+    verdict = correctness_status_line(tables["criterion_audit"], synthetic=synthetic)
     frame = _publish_page(
         context, layout, "correctness", "Correctness criteria", "all", text, created, verdict,
         [a.key for a in CORRECTNESS_INPUTS.values()],

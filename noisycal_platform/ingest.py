@@ -66,6 +66,7 @@ from noisycal_platform.io import (
     atomic_write_bytes,
     atomic_write_text,
     fsync_dir,
+    json_lines,
     read_annotation_records,
     read_bytes_safely,
     refusal,
@@ -190,13 +191,7 @@ def ledger_entries(layout: HomeLayout) -> dict[str, dict]:
         data = layout.ledger.read_bytes()
     except FileNotFoundError:
         return entries
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
+    for entry in json_lines(data):
         key = entry.get("sha256") or entry.get("key")
         if entry.get("status") == "duplicate" and key in entries:
             continue  # a repeated copy never replaces the state of the batch it repeats

@@ -11,6 +11,7 @@ import csv
 import errno
 import hashlib
 import io as _io
+import json
 import os
 import stat
 import tempfile
@@ -35,6 +36,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "fsync_dir",
+    "json_lines",
     "parse_table",
     "read_annotation_records",
     "read_annotations",
@@ -153,6 +155,22 @@ def append_line_durably(path: str | Path, line: str) -> None:
         os.close(fd)
     if size == 0:
         fsync_dir(path.parent)
+
+
+def json_lines(data: bytes) -> list[dict]:
+    """The JSON objects of ``data``, one a line, as :func:`append_line_durably` writes them. Blank lines, lines that
+    do not parse (a torn last line a crash left: it never committed) and values that are not objects are skipped."""
+    out = []
+    for line in data.splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

@@ -79,10 +79,12 @@ def default_home() -> Path:
 
 
 class HomePath:
-    """A fixed path below a home folder, ``home / parts``, read as an attribute of an object with a ``home``."""
+    """A fixed path below a home folder, ``home / parts``, read as an attribute of an object with a ``home``;
+    a folder unless ``file`` (then :meth:`HomeLayout.ensure` creates the folder that holds it)."""
 
-    def __init__(self, *parts: str) -> None:
+    def __init__(self, *parts: str, file: bool = False) -> None:
         self.parts = parts
+        self.file = file
         self.__doc__ = "home / " + " / ".join(parts)
 
     def __get__(self, obj: object | None, owner: type | None = None) -> Path:
@@ -102,7 +104,7 @@ class HomeLayout:
         return cls(Path(home).expanduser().resolve() if home is not None else default_home())
 
     # --- the warehouse and binary artifacts ---
-    warehouse = HomePath("warehouse.duckdb")
+    warehouse = HomePath("warehouse.duckdb", file=True)
     artifacts = HomePath("artifacts")
     cache = HomePath("cache")
 
@@ -113,13 +115,13 @@ class HomeLayout:
     # accepted annotation batches, stored once under their content hash
     archive = HomePath("archive", "annotations")
     # append-only record of every batch seen: content hash -> accepted/quarantined/duplicate
-    ledger = HomePath("ledger", "annotations.jsonl")
+    ledger = HomePath("ledger", "annotations.jsonl", file=True)
 
     # --- registries ---
     models = HomePath("models")
     datasets = HomePath("datasets")
-    dataset_registry = HomePath("datasets.json")
-    references = HomePath("references", "labels.csv")
+    dataset_registry = HomePath("datasets.json", file=True)
+    references = HomePath("references", "labels.csv", file=True)
     generations = HomePath("correctness", "generations")
     audit_labels = HomePath("correctness", "audit")
 
@@ -131,26 +133,11 @@ class HomeLayout:
     reports = HomePath("reports")
 
     def ensure(self) -> HomeLayout:
-        """Create every folder (idempotent)."""
-        for p in (
-            self.artifacts,
-            self.cache,
-            self.annotation_inbox,
-            self.confirmation_inbox,
-            self.quarantine,
-            self.archive,
-            self.ledger.parent,
-            self.models,
-            self.datasets,
-            self.references.parent,
-            self.generations,
-            self.audit_labels,
-            self.queue_exports,
-            self.cleaned_lists,
-            self.recalibrator_exports,
-            self.reports,
-        ):
-            p.mkdir(parents=True, exist_ok=True)
+        """Create every folder of the layout, and the folder of each file (idempotent)."""
+        for named in vars(HomeLayout).values():
+            if isinstance(named, HomePath):
+                path = self.home.joinpath(*named.parts)
+                (path.parent if named.file else path).mkdir(parents=True, exist_ok=True)
         return self
 
     # --- discovery used by sensors and assets ---

@@ -79,6 +79,16 @@ class ImageDataset:
     def __len__(self) -> int:
         return self.frame.height
 
+    def table(self, name: str) -> pl.DataFrame:
+        """The stored ``raw/images`` rows of dataset ``name``: ``frame`` with the item index ``idx`` (0..N-1 in
+        ``file_name`` order, the index every ranking refers to), ``dataset``, ``dataset_hash`` and ``root``."""
+        return self.frame.with_row_index("idx").with_columns(
+            pl.col("idx").cast(pl.Int64),
+            pl.lit(name).alias("dataset"),
+            pl.lit(self.content_hash).alias("dataset_hash"),
+            pl.lit(str(self.root)).alias("root"),
+        )
+
 
 def dataset_content_hash(frame: pl.DataFrame) -> str:
     """sha256 over the sorted lines ``file_name\\tsha256\\tlabel\\n`` (order-independent)."""

@@ -12,8 +12,8 @@ Asset -> function: ``cleaning/ssl_encoder`` -> :func:`ssl_encoder_table`; ``clea
 ``cleaning/ranking_quality`` -> :func:`ranking_quality_table`; ``cleaning/ranking_vs_truth`` ->
 :func:`ranking_truth_tables`; ``cleaning/annotation_speedup`` -> :func:`dataset_speedup`;
 ``cleaning/cleaning_impact`` -> :func:`cleaning_impact_tables`; ``reports/cleaning`` ->
-:func:`render_cleaning_report`. Protocol definitions (effective answer, panel, unanimous, majority) are in
-:mod:`noisycal_platform.cleaning.protocol`.
+:func:`cleaning_report` (drawn by :func:`render_cleaning_report`). Protocol definitions (effective answer,
+panel, unanimous, majority) are in :mod:`noisycal_platform.cleaning.protocol`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +56,7 @@ from noisycal_platform.cleaning.ranking_quality import (
     speedup_table,
 )
 from noisycal_platform.cleaning.rankings.types import PAIR_RANKING_SCHEMA, RANKING_SCHEMA, PairRanking, Ranking
-from noisycal_platform.cleaning.report import render_cleaning_report
+from noisycal_platform.cleaning.report import cleaning_status_line, render_cleaning_report
 from noisycal_platform.cleaning.sensitivity import stopping_sensitivity
 from noisycal_platform.cleaning.sessions import SESSION_ENDINGS_SCHEMA, session_endings
 
@@ -81,10 +82,12 @@ __all__ = [
     "QUALITY_SCHEMA",
     "QUEUE_SCHEMA",
     "RANKING_SCHEMA",
+    "REPORT_INPUTS",
     "SESSION_ENDINGS_SCHEMA",
     "SPEEDUP_SCHEMA",
     "TRUTH_FILE",
     "TRUTH_SCHEMA",
+    "CleaningReport",
     "agreement_table",
     "annotator_ranking_quality",
     "answers_from_records",
@@ -92,6 +95,7 @@ __all__ = [
     "cleaned_file_lists",
     "cleaning_impact_table",
     "cleaning_impact_tables",
+    "cleaning_report",
     "confirmation_queue",
     "confirmed_issues",
     "dataset_speedup",
@@ -756,21 +760,10 @@ def near_duplicate_rankings(
     gray = np.rint(np.tensordot(np.array([0.299, 0.587, 0.114], np.float32), rgb, axes=([0], [1]))).astype(np.uint8)
     vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), extract_sift(gray), k=k,
                                   min_inliers=min_inliers)
-    verified = pl.DataFrame(
-        {
-            "embedding_kind": "dino",
-            "rank": np.arange(len(vp), dtype=np.int64),
-            "idx_1": vp.pairs[:, 0],
-            "idx_2": vp.pairs[:, 1],
-            "file_name_1": files["file_name"].gather(vp.pairs[:, 0]),
-            "file_name_2": files["file_name"].gather(vp.pairs[:, 1]),
-            "score": vp.dist,
-            "inliers": vp.inliers,
-            "verified": vp.verified,
-        },
-        schema=NEAR_DUPLICATE_SCHEMA,
+    verified = PairRanking(vp.pairs, vp.dist).to_frame(files, "dino").with_columns(
+        pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )
-    return pl.concat([verified, _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+    return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
 
 
 def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
@@ -788,6 +781,18 @@ def _kind(table: pl.DataFrame, kind: str) -> pl.DataFrame:
     return table.filter(pl.col("embedding_kind") == kind)
 
 
+def _stored_rankings(
+    kind: str, n: int, irrelevant: pl.DataFrame, near_dups: pl.DataFrame, label_errors: pl.DataFrame
+) -> tuple[Ranking, PairRanking, Ranking]:
+    """The three rankings of one embedding ``kind`` over ``n`` items, from their stored tables
+    (``RANKING_SCHEMA`` / ``PAIR_RANKING_SCHEMA``), validated by ``from_frame``."""
+    return (
+        Ranking.from_frame(_kind(irrelevant, kind), n),
+        PairRanking.from_frame(_kind(near_dups, kind)),
+        Ranking.from_frame(_kind(label_errors, kind), n),
+    )
+
+
 def queue_from_tables(
     dataset: str,
     images: pl.DataFrame,
@@ -799,14 +804,8 @@ def queue_from_tables(
 ) -> pl.DataFrame:
     """:func:`confirmation_queue` of the stored DINO rankings (``RANKING_SCHEMA`` / ``PAIR_RANKING_SCHEMA``)."""
     files = image_files(images)
-    return confirmation_queue(
-        dataset,
-        Ranking.from_frame(_kind(irrelevant, "dino"), files.height),
-        PairRanking.from_frame(_kind(near_dups, "dino")),
-        Ranking.from_frame(_kind(label_errors, "dino"), files.height),
-        files,
-        max_per_type=max_per_type,
-    )
+    rankings = _stored_rankings("dino", files.height, irrelevant, near_dups, label_errors)
+    return confirmation_queue(dataset, *rankings, files, max_per_type=max_per_type)
 
 
 def cleaned_file_lists(images: pl.DataFrame, confirmed: pl.DataFrame, *, seed: int = 0) -> pl.DataFrame:
@@ -875,18 +874,10 @@ def ranking_truth_tables(
     if truth is None:
         return pl.DataFrame(schema=TRUTH_SCHEMA)
     files = image_files(images)
-    parts = [
-        ranking_truth_table(
-            dataset,
-            files,
-            truth,
-            irrelevant=Ranking.from_frame(_kind(irrelevant, k), files.height),
-            near_dups=PairRanking.from_frame(_kind(near_dups, k)),
-            label_errors=Ranking.from_frame(_kind(label_errors, k), files.height),
-            name=k,
-        )
-        for k in EMBEDDING_KINDS
-    ]
+    parts = []
+    for k in EMBEDDING_KINDS:
+        irr, nd, le = _stored_rankings(k, files.height, irrelevant, near_dups, label_errors)
+        parts.append(ranking_truth_table(dataset, files, truth, irrelevant=irr, near_dups=nd, label_errors=le, name=k))
     return pl.concat(parts)
 
 
@@ -896,3 +887,59 @@ def dataset_speedup(
     """``SPEEDUP_SCHEMA`` rows of one dataset (no averages: :func:`speedup_averages` adds them across
     datasets)."""
     return speedup(answers, {dataset: n_images}, roles=roles).filter(pl.col("dataset") == dataset)
+
+
+#: The cleaning tables ``reports/cleaning`` reads besides ``raw/images``, by asset name (all datasets stacked).
+REPORT_INPUTS = (
+    "confirmation_queue",
+    "confirmed_issues",
+    "label_error_prevalence",
+    "agreement",
+    "ranking_quality",
+    "ranking_vs_truth",
+    "annotation_speedup",
+    "cleaning_impact",
+    "stopping_sensitivity",
+    "expert_lay_tests",
+    "annotation_sessions",
+)
+
+
+@dataclass(frozen=True)
+class CleaningReport:
+    """The cleaning report page: ``html``, the ``datasets`` it covers (sorted) and the index page's ``verdict``."""
+
+    html: str
+    datasets: list[str]
+    verdict: str
+
+
+def cleaning_report(images: pl.DataFrame, tables: Mapping[str, pl.DataFrame], *, created: str) -> CleaningReport:
+    """:func:`render_cleaning_report` over every registered dataset: Table 1 from ``confirmed_issues`` and the
+    dataset sizes (seed 001 Table 1), the speed-up with its micro and macro averages (Table 4), thumbnails from
+    each dataset's root. ``tables`` holds each of ``REPORT_INPUTS``; a table never built may have no columns."""
+    registered = "dataset" in images.columns and images.height > 0
+    sizes = dict(images.group_by("dataset").len().iter_rows()) if registered else {}
+    roots = dict(images.select("dataset", "root").unique().iter_rows()) if registered else {}
+    confirmed = tables["confirmed_issues"]
+    if "dataset" not in confirmed.columns:
+        confirmed = pl.DataFrame(schema=CONFIRMED_SCHEMA)
+    html = render_cleaning_report(
+        issues=issue_table(confirmed, sizes),
+        prevalence=tables["label_error_prevalence"],
+        agreement=tables["agreement"],
+        ranking_quality=tables["ranking_quality"],
+        ranking_truth=tables["ranking_vs_truth"],
+        speedup=speedup_averages(tables["annotation_speedup"]),
+        impact=tables["cleaning_impact"],
+        sensitivity=tables["stopping_sensitivity"],
+        expert_lay=tables["expert_lay_tests"],
+        sessions=tables["annotation_sessions"],
+        queue=tables["confirmation_queue"],
+        confirmed=confirmed,
+        dataset_roots=roots,
+        dataset_sizes=sizes,
+        created=created,
+    )
+    verdict = cleaning_status_line(tables["confirmation_queue"], confirmed) if sizes else "no dataset registered yet"
+    return CleaningReport(html, sorted(sizes), verdict)

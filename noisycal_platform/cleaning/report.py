@@ -340,74 +340,76 @@ def render_cleaning_report(
     ))
     if not answered:
         candidates()
-    s.append(
-        "<h2>Confirmed issues (seed 001 Table 1)</h2><p class='note'>Unanimous: every panel member "
-        "answered yes. Majority: more than half of the panel answered yes. Near duplicates are pairs; the "
-        "percentage is of the dataset's images.</p>"
-    )
-    s.append(rh.html_table(
+    def section(heading: str, note: str | None, table: pl.DataFrame | None, *, left: tuple[str, ...], empty: str,
+                plot: tuple[str | None, str] | None = None, level: int = 2) -> None:
+        """``<h2>`` heading, its note, a plot (data URI or None, alt text) when drawn, then the table or the
+        sentence saying which data would fill it."""
+        s.append(f"<h{level}>{heading}</h{level}>" + (f"<p class='note'>{note}</p>" if note else ""))
+        if plot is not None and plot[0]:
+            s.append(rh.img(*plot))
+        s.append(rh.html_table(table, left=left, empty=empty))
+
+    section(
+        "Confirmed issues (seed 001 Table 1)",
+        "Unanimous: every panel member answered yes. Majority: more than half of the panel answered yes. Near "
+        "duplicates are pairs; the percentage is of the dataset's images.",
         _issue_table_wide(issues, reviewed) if _usable(issues, "dataset", "size", "rule", "issue_type") else None,
         left=("dataset",), empty="it fills once a dataset is registered and its candidates are ranked.",
-    ))
-    s.append(
-        "<h2>Label-error prevalence</h2><p class='note'>Label errors are reported, not removed "
-        "(seed 001 §3.4); a lower bound, since only the top of the ranking is reviewed. "
-        "95% Clopper-Pearson CI.</p>"
     )
-    s.append(rh.html_table(
+    section(
+        "Label-error prevalence",
+        "Label errors are reported, not removed (seed 001 §3.4); a lower bound, since only the top of the ranking "
+        "is reviewed. 95% Clopper-Pearson CI.",
         _prevalence_view(prevalence, reviewed) if _usable(prevalence, "dataset", "rule", "n_label_errors") else None,
         left=("dataset", "rule"),
         empty="it fills once a dataset is registered; the estimate needs answers on label-error candidates.",
-    ))
-    s.append(
-        "<h2>Inter-annotator agreement</h2><p class='note'>Bands (Regier et al. 2013): good &gt; 0.4, "
-        "questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from bootstrap resamples of the annotated "
-        "items.</p>"
     )
-    if _usable(agreement, "dataset", "issue_type", "statistic", "value", "ci_low", "ci_high", "role_pair"):
-        uri = _agreement_plot(agreement)
-        if uri:
-            s.append(rh.img(uri, "agreement plot"))
-    s.append(rh.html_table(
+    plotted = _usable(agreement, "dataset", "issue_type", "statistic", "value", "ci_low", "ci_high", "role_pair")
+    section(
+        "Inter-annotator agreement",
+        "Bands (Regier et al. 2013): good &gt; 0.4, questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from "
+        "bootstrap resamples of the annotated items.",
         agreement if _usable(agreement) else None,
         left=("dataset", "issue_type", "statistic", "annotator_a", "annotator_b", "role_pair", "band"),
         empty=wait + "agreement needs at least two annotators answering the same candidates.",
-    ))
-    s.append(
-        "<h2>Ranking quality vs unanimous answers</h2><p class='note'>Candidates answered by every "
-        "panel member; the positive rate is the uninformed AP baseline (AUROC 0.5, AUPRG 0).</p>"
+        plot=(_agreement_plot(agreement) if plotted else None, "agreement plot"),
     )
-    s.append(rh.html_table(ranking_quality if _usable(ranking_quality) else None, left=("dataset", "issue_type"),
-                           empty=wait + "it needs candidates answered by every panel member."))
+    section(
+        "Ranking quality vs unanimous answers",
+        "Candidates answered by every panel member; the positive rate is the uninformed AP baseline (AUROC 0.5, "
+        "AUPRG 0).",
+        ranking_quality if _usable(ranking_quality) else None, left=("dataset", "issue_type"),
+        empty=wait + "it needs candidates answered by every panel member.",
+    )
     if annotator_quality is not None:
-        s.append("<h3>Ranking vs each annotator's answers</h3>")
-        s.append(rh.html_table(annotator_quality if _usable(annotator_quality) else None,
-                               left=("dataset", "issue_type", "annotator_id", "role"),
-                               empty=wait + "it needs each annotator's answers."))
+        section(
+            "Ranking vs each annotator's answers", None, annotator_quality if _usable(annotator_quality) else None,
+            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs each annotator's answers.",
+            level=3,
+        )
     if ranking_truth is not None:
-        s.append(
-            "<h2>Rankings vs known truth</h2><p class='note'>All N items (N(N−1)/2 pairs); candidates "
-            "outside a ranked top-k are tied at the bottom. recall_at_k = share of true issues listed.</p>"
+        section(
+            "Rankings vs known truth",
+            "All N items (N(N−1)/2 pairs); candidates outside a ranked top-k are tied at the bottom. recall_at_k = "
+            "share of true issues listed.",
+            ranking_truth if _usable(ranking_truth) else None, left=("dataset", "ranking", "issue_type"),
+            empty="no known truth for any dataset: " + TRUTH_SENTENCE,
         )
-        s.append(rh.html_table(ranking_truth if _usable(ranking_truth) else None,
-                               left=("dataset", "ranking", "issue_type"),
-                               empty="no known truth for any dataset: " + TRUTH_SENTENCE))
-    s.append(
-        "<h2>Annotation speed-up</h2><p class='note'>n_total / mean candidates answered per annotator "
-        "(seed 001 Table 4).</p>"
+    section(
+        "Annotation speed-up", "n_total / mean candidates answered per annotator (seed 001 Table 4).",
+        speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
+        empty=wait + "the speed-up needs the annotators' answers and where they stopped.",
     )
-    s.append(rh.html_table(speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
-                           empty=wait + "the speed-up needs the annotators' answers and where they stopped."))
     if sessions is not None:
-        s.append(
-            "<h3>How each review session ended</h3><p class='note'>Per annotator and issue type: candidates "
-            "answered along the ranking, how many “yes”, and what ended the session — the stopping rule "
-            "(stopping_count consecutive “no”) or the end of the candidates; empty = still open (seed 001 "
-            "Figure 9).</p>"
+        section(
+            "How each review session ended",
+            "Per annotator and issue type: candidates answered along the ranking, how many “yes”, and what ended "
+            "the session — the stopping rule (stopping_count consecutive “no”) or the end of the candidates; "
+            "empty = still open (seed 001 Figure 9).",
+            sessions if _usable(sessions, "ended_by") else None,
+            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs the annotators' answers.",
+            level=3,
         )
-        s.append(rh.html_table(sessions if _usable(sessions, "ended_by") else None,
-                               left=("dataset", "issue_type", "annotator_id", "role"),
-                               empty=wait + "it needs the annotators' answers."))
     s.append(
         "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
         "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "
@@ -426,20 +428,20 @@ def render_cleaning_report(
         "and answers have confirmed issues to remove.",
     ))
     if sensitivity is not None:
-        s.append("<h2>Stopping-rule sensitivity</h2><p class='note'>Unanimously confirmed issues when each "
-                 "recorded session is cut at the stopping count of (p_chance, p₊); one parameter grows from "
-                 "0.05 to 1 while the other stays at 0.05 (seed 001 Appendix D).</p>")
         ok = _usable(sensitivity, "value", "parameter", "dataset", "issue_type", "n_unanimous", "stopping_count")
-        uri = _sensitivity_plot(sensitivity) if ok else None
-        if uri:
-            s.append(rh.img(uri, "stopping-rule sensitivity"))
-        s.append(rh.html_table(_sensitivity_wide(sensitivity) if ok else None, left=("value",),
-                               empty=wait + "it needs recorded review sessions (answers in the order given)."))
+        section(
+            "Stopping-rule sensitivity",
+            "Unanimously confirmed issues when each recorded session is cut at the stopping count of (p_chance, "
+            "p₊); one parameter grows from 0.05 to 1 while the other stays at 0.05 (seed 001 Appendix D).",
+            _sensitivity_wide(sensitivity) if ok else None, left=("value",),
+            empty=wait + "it needs recorded review sessions (answers in the order given).",
+            plot=(_sensitivity_plot(sensitivity) if ok else None, "stopping-rule sensitivity"),
+        )
     if expert_lay is not None:
-        s.append("<h2>Experts vs lay raters</h2>")
-        s.append(rh.html_table(expert_lay if _usable(expert_lay) else None, left=("dataset", "issue_type"),
-                               empty=wait + "it needs answers from both expert and lay annotators on the same "
-                               "candidates."))
+        section(
+            "Experts vs lay raters", None, expert_lay if _usable(expert_lay) else None, left=("dataset", "issue_type"),
+            empty=wait + "it needs answers from both expert and lay annotators on the same candidates.",
+        )
     if answered:
         candidates()
     return rh.page(title, s, created=created, extra_css=_EXTRA_CSS)

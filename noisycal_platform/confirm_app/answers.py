@@ -31,6 +31,7 @@ from noisycal_platform.cleaning.protocol import effective_answers as protocol_ef
 from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
 from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
 from noisycal_platform.ingest import fault_point
+from noisycal_platform.io import json_lines
 
 __all__ = [
     "AnswerLog",
@@ -52,21 +53,7 @@ def read_records(path: Path) -> list[dict]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    return _parse(data)
-
-
-def _parse(data: bytes) -> list[dict]:
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return json_lines(data)
 
 
 def valid_records(records: Iterable[dict]) -> list[dict]:
@@ -266,7 +253,7 @@ class AnswerLog:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     data = _read_all(fd)
-                    verdict = judge(_parse(data))
+                    verdict = judge(json_lines(data))
                     if isinstance(verdict, Outcome):
                         return verdict
                     line = json.dumps(verdict, separators=(",", ":"), ensure_ascii=False) + "\n"

@@ -40,6 +40,7 @@ from noisycal_platform.cleaning.protocol import effective_answers as protocol_ef
 from noisycal_platform.confirm_app.annotators import ANSWER_ROLES, Annotator, AnnotatorStore
 from noisycal_platform.confirm_app.answers import (
     AnswerLog,
+    Outcome,
     SessionState,
     effective_answers,
     session_state,
@@ -170,12 +171,17 @@ def build_app(home: Path) -> Starlette:
         token, sep, nonce = raw.rpartition(".")
         if not sep or not token or not nonce or len(raw) > MAX_TOKEN:
             raise Refused(401, "Your session is not valid. Sign in with your personal login link.")
+        annotator = annotator_for(token, "Unknown token. Sign in with your personal login link.")
+        return Session(annotator, _csrf_for(token, nonce))
+
+    def annotator_for(token: str, unknown: str) -> Annotator:
+        """The annotator a token belongs to: 401 with ``unknown`` when none does, 403 when revoked."""
         annotator = store.find_by_token(token)
         if annotator is None:
-            raise Refused(401, "Unknown token. Sign in with your personal login link.")
+            raise Refused(401, unknown)
         if annotator.revoked:
             raise Refused(403, "This login has been revoked.")
-        return Session(annotator, _csrf_for(token, nonce))
+        return annotator
 
     def check_same_origin(request: Request) -> None:
         # Sec-Fetch-Site is set by the browser and cannot be forged by a page: when present it decides.
@@ -250,6 +256,28 @@ def build_app(home: Path) -> Starlette:
         if session.annotator.role not in ANSWER_ROLES:
             raise Refused(403, "Admin logins cannot answer questions; use an expert or lay login.")
 
+    async def answer_form(
+        request: Request, fields: set[str]
+    ) -> tuple[Session, dict[str, str], str, QueueSnapshot, str]:
+        """What an answer and an undo check first: same origin, session, form (``fields`` + csrf), a role that
+        answers, the dataset's snapshot and the issue type; returns (session, form, dataset, snapshot, type)."""
+        check_same_origin(request)
+        session = authenticate(request)
+        form = await read_form(request, {"csrf", *fields})
+        check_csrf(session, form)
+        require_answerer(session)
+        dataset = request.path_params["dataset"]
+        snap = snapshot(dataset)
+        return session, form, dataset, snap, issue(snap, request.path_params["issue_type"])
+
+    def next_question(outcome: Outcome, dataset: str, issue_type: str) -> Response:
+        """A logged answer or undo goes back to the question page; an invalid one is 422, a conflict 409."""
+        if outcome.kind == "invalid":
+            raise Refused(422, outcome.detail.capitalize() + ".")
+        if outcome.kind == "conflict":
+            raise Refused(409, outcome.detail.capitalize() + ".")
+        return RedirectResponse(q_url(dataset, issue_type), status_code=303)
+
     def q_url(dataset: str, issue_type: str) -> str:
         return f"/q/{quote(dataset, safe='')}/{issue_type}"
 
@@ -263,11 +291,7 @@ def build_app(home: Path) -> Starlette:
             raise Refused(401, "The login link has no token.")
         if len(token) > MAX_TOKEN:
             raise Refused(400, "Malformed token.")
-        annotator = store.find_by_token(token)
-        if annotator is None:
-            raise Refused(401, "Unknown token.")
-        if annotator.revoked:
-            raise Refused(403, "This login has been revoked.")
+        annotator = annotator_for(token, "Unknown token.")
         # 200 + same-document continue (not a 303): a SameSite=Strict cookie set during a navigation that
         # started on another site is not sent on the redirect that follows it.
         resp = render(request, "login.html", annotator=annotator)
@@ -328,14 +352,8 @@ def build_app(home: Path) -> Starlette:
         )
 
     async def answer(request: Request) -> Response:
-        check_same_origin(request)
-        session = authenticate(request)
-        form = await read_form(request, {"csrf", "position", "item_id", "item_id_2", "answer"})
-        check_csrf(session, form)
-        require_answerer(session)
-        dataset = request.path_params["dataset"]
-        snap = snapshot(dataset)
-        issue_type = issue(snap, request.path_params["issue_type"])
+        fields = {"position", "item_id", "item_id_2", "answer"}
+        session, form, dataset, snap, issue_type = await answer_form(request, fields)
         pos_s = form.get("position", "")
         if not pos_s.isdigit() or len(pos_s) > 12:
             raise Refused(422, "Field 'position' must be a non-negative integer.")
@@ -348,32 +366,17 @@ def build_app(home: Path) -> Starlette:
             log.answer, session.annotator.name, session.annotator.role, snap, issue_type, int(pos_s),
             form["item_id"], item2, form["answer"],
         )
-        if outcome.kind == "invalid":
-            raise Refused(422, outcome.detail.capitalize() + ".")
-        if outcome.kind == "conflict":
-            raise Refused(409, outcome.detail.capitalize() + ".")
-        return RedirectResponse(q_url(dataset, issue_type), status_code=303)
+        return next_question(outcome, dataset, issue_type)
 
     async def undo(request: Request) -> Response:
-        check_same_origin(request)
-        session = authenticate(request)
-        form = await read_form(request, {"csrf", "undoes"})
-        check_csrf(session, form)
-        require_answerer(session)
-        dataset = request.path_params["dataset"]
-        snap = snapshot(dataset)
-        issue_type = issue(snap, request.path_params["issue_type"])
+        session, form, dataset, snap, issue_type = await answer_form(request, {"undoes"})
         undoes = form.get("undoes", "")
         if not _ANSWER_ID_RE.fullmatch(undoes):
             raise Refused(422, "Field 'undoes' must be an answer id (32 hex digits).")
         outcome = await run_in_threadpool(
             log.undo, session.annotator.name, session.annotator.role, snap, issue_type, undoes
         )
-        if outcome.kind == "invalid":
-            raise Refused(422, outcome.detail.capitalize() + ".")
-        if outcome.kind == "conflict":
-            raise Refused(409, outcome.detail.capitalize() + ".")
-        return RedirectResponse(q_url(dataset, issue_type), status_code=303)
+        return next_question(outcome, dataset, issue_type)
 
     async def image(request: Request) -> Response:
         authenticate(request)

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from noisycal_platform.correctness.criteria import exact_match
-from noisycal_platform.correctness.io import EM_STRATA, CorrectnessInputError
+from noisycal_platform.correctness.io import EM_STRATA, KEY_SCHEMA, CorrectnessInputError
 from noisycal_platform.paths import HomePath
 
 __all__ = [
@@ -144,9 +144,7 @@ def read_audit_sample(path: str | Path) -> pl.DataFrame:
             )
     schema = {
         "position": pl.Int64,
-        "dataset": pl.String,
-        "model": pl.String,
-        "case_id": pl.String,
+        **KEY_SCHEMA,
         "task_question": pl.String,
         "candidate_labels": pl.List(pl.String),
         "reference_labels": pl.List(pl.String),

@@ -11,6 +11,7 @@ import polars as pl
 
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES, false_acceptance_by_category
 from noisycal_platform.correctness.bootstrap import paired_bootstrap, percentile_ci
+from noisycal_platform.correctness.io import KEY
 from noisycal_platform.correctness.sensitivity import SENSITIVITY_SCHEMA, sensitivity_table
 
 __all__ = [
@@ -25,7 +26,6 @@ __all__ = [
     "ue_sensitivity",
 ]
 
-KEY = ["dataset", "model", "case_id"]
 UE_METHODS = ("self_certainty", "logtoku", "answer_entropy", "semantic_entropy")
 REFERENCE_CRITERION = "exact_match"
 # Seed 002 §3.2: BEM and the LLM judge are each compared with EM (two comparisons, Bonferroni 97.5%).

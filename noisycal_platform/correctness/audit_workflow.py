@@ -38,7 +38,7 @@ from noisycal_platform.correctness.audit_sample import (
     read_audit_sample,
     sample_csv_text,
 )
-from noisycal_platform.correctness.io import CorrectnessInputError
+from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError
 from noisycal_platform.metrics import bootstrap_counts
 
 __all__ = [
@@ -60,11 +60,8 @@ __all__ = [
     "sample_csv_text",
 ]
 
-KEY = ["dataset", "model", "case_id"]
 ANNOTATION_SCHEMA = {
-    "dataset": pl.String,
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,
     "annotator_id": pl.String,
     "human_correct": pl.Boolean,
     "error_category": pl.String,
@@ -271,9 +268,7 @@ def audit_agreement(
             for k, v in adjudications.items()
         ],
         schema={
-            "dataset": pl.String,
-            "model": pl.String,
-            "case_id": pl.String,
+            **KEY_SCHEMA,
             "j_correct": pl.Boolean,
             "j_category": pl.String,
         },

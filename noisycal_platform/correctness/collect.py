@@ -126,6 +126,25 @@ def _answer_token_mask(tok, ids: list[int]) -> tuple[str, list[bool]]:
     return text, mask if any(mask) else [True] * len(ids)
 
 
+def _prompt_fields(p: PromptSpec, model: str) -> dict[str, Any]:
+    """The fields of a generation record that come from its prompt (and the model's name)."""
+    return {
+        "case_id": p.case_id,
+        "dataset": p.dataset,
+        "model": model,
+        "task_question": p.task_question,
+        "candidate_labels": list(p.candidate_labels),
+        "reference_labels": list(p.reference_labels),
+        "multi_label": p.multi_label,
+    }
+
+
+def _sample_answer(text: str) -> str:
+    """A sampled reply's answer (``parse_model_output``), or the raw text when none parses."""
+    parsed = parse_model_output(text)
+    return parsed.answer if parsed.answer is not None else text
+
+
 def collect_generations(
     model_dir: str | Path,
     prompts: Sequence[PromptSpec],
@@ -198,18 +217,11 @@ def collect_generations(
                 for t, (sid, keep) in enumerate(zip(sids, smask, strict=True))
                 if keep
             ]
-            parsed = parse_model_output(stext)
-            answers.append(parsed.answer if parsed.answer is not None else stext)
+            answers.append(_sample_answer(stext))
             lls.append([min(x, 0.0) for x in logp])
         records.append(
             {
-                "case_id": p.case_id,
-                "dataset": p.dataset,
-                "model": name,
-                "task_question": p.task_question,
-                "candidate_labels": list(p.candidate_labels),
-                "reference_labels": list(p.reference_labels),
-                "multi_label": p.multi_label,
+                **_prompt_fields(p, name),
                 "raw_output": text,
                 "answer_top_logits": top,
                 "answer_logsumexp": lse,
@@ -431,20 +443,13 @@ def collect_generations_openai(
                     stext = _text(c, chat)
                     ends = np.cumsum([len(t) for t, _, _ in toks]).astype(int).tolist()
                     mask = _answer_mask_from_ends("".join(t for t, _, _ in toks), ends)
-                    parsed = parse_model_output(stext)
-                    answers.append(parsed.answer if parsed.answer is not None else stext)
+                    answers.append(_sample_answer(stext))
                     lls.append([min(lp, 0.0) for (_, lp, _), keep in zip(toks, mask, strict=True) if keep])
             g_ends = np.cumsum([len(t) for t, _, _ in g_tokens]).astype(int).tolist()
             g_mask = _answer_mask_from_ends("".join(t for t, _, _ in g_tokens), g_ends) if g_tokens else []
             records.append(
                 {
-                    "case_id": p.case_id,
-                    "dataset": p.dataset,
-                    "model": model_name or model,
-                    "task_question": p.task_question,
-                    "candidate_labels": list(p.candidate_labels),
-                    "reference_labels": list(p.reference_labels),
-                    "multi_label": p.multi_label,
+                    **_prompt_fields(p, model_name or model),
                     "raw_output": text,
                     "answer_top_logits": [],
                     "answer_logsumexp": [],

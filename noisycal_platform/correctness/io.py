@@ -31,6 +31,9 @@ __all__ = [
 
 EM_STRATA = ("EM-accepted", "EM-rejected")
 DECISIONS = ("independent", "joint")
+#: The key of one prediction (one generation record): the dataset, the model and the case it answered.
+KEY = ["dataset", "model", "case_id"]
+KEY_SCHEMA: dict[str, Any] = dict.fromkeys(KEY, pl.String)
 
 # Fields of one generation record (JSONL object), as written by collect.py and demo_data.py.
 GENERATION_FIELDS: dict[str, Any] = {
@@ -57,9 +60,7 @@ GENERATIONS_SCHEMA: dict[str, Any] = {
     "source_line": pl.Int64,
 }
 AUDIT_SCHEMA: dict[str, Any] = {
-    "dataset": pl.String,  # optional in the CSV; filled from the generations when joined
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,  # dataset is optional in the CSV; filled from the generations when joined
     "human_correct": pl.Boolean,
     "error_category": pl.String,  # null iff human_correct
     "em_stratum": pl.String,  # EM-accepted | EM-rejected

@@ -20,14 +20,13 @@ from noisycal_platform.correctness import ue
 from noisycal_platform.correctness.audit_stage import (
     AUDIT_RESULT_SCHEMA,
     FALSE_ACCEPTANCE_SCHEMA,
-    KEY,
     REFERENCE_CRITERION,
     UE_METHODS,
     criterion_audit,
     false_acceptance,
     ue_sensitivity,
 )
-from noisycal_platform.correctness.io import CorrectnessInputError, read_audit_labels, read_generations
+from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError, read_audit_labels, read_generations
 
 __all__ = [
     "AUDIT_RESULT_SCHEMA",
@@ -38,6 +37,7 @@ __all__ = [
     "UE_METHODS",
     "UE_SCORES_SCHEMA",
     "CriteriaConfig",
+    "criteria_summary",
     "criterion_audit",
     "criterion_decisions",
     "false_acceptance",
@@ -49,9 +49,7 @@ __all__ = [
 
 
 DECISIONS_SCHEMA = {
-    "dataset": pl.String,
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,
     "criterion": pl.String,
     "accepted": pl.Boolean,  # null when the criterion was skipped
     "invalid": pl.Boolean,  # null when skipped
@@ -63,9 +61,7 @@ DECISIONS_SCHEMA = {
 }
 NO_NLI_CLUSTERING = "none: no NLI model configured; semantic entropy not computed (see answer_entropy)"
 UE_SCORES_SCHEMA = {
-    "dataset": pl.String,
-    "model": pl.String,
-    "case_id": pl.String,
+    **KEY_SCHEMA,
     "self_certainty": pl.Float64,
     "logtoku": pl.Float64,
     "answer_entropy": pl.Float64,
@@ -174,6 +170,20 @@ def _skipped(gen: pl.DataFrame, criterion: str, note: str) -> pl.DataFrame:
             pl.lit(None, pl.String).alias("criterion_model_sha256"),
         )
         .drop("answer")
+    )
+
+
+def criteria_summary(decisions: pl.DataFrame) -> pl.DataFrame:
+    """Per criterion of :func:`criterion_decisions`: ``skipped`` (every row skipped), ``acceptance_rate`` (share of
+    predictions accepted) and ``note`` (the first row's reason, e.g. why it was skipped), sorted by criterion."""
+    return (
+        decisions.group_by("criterion")
+        .agg(
+            pl.col("skipped").all().alias("skipped"),
+            pl.col("accepted").mean().alias("acceptance_rate"),
+            pl.col("reason").first().alias("note"),
+        )
+        .sort("criterion")
     )
 
 

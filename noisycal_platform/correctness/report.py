@@ -2,8 +2,8 @@
 
 Sections: two-axis plot H_f vs F_f per task; audit table with bootstrap CIs and directional errors; AUROC per
 dataset x UE method x criterion with ranking reversals highlighted; false acceptance by error category.
-Plots are
-embedded as base64 PNG, drawn with the report kit (``report_html.figure``: no pyplot, no global backend).
+Page shell and stylesheet come from the report kit (``report_html.page``); plots are embedded as base64 PNG,
+drawn with ``report_html.figure`` (no pyplot, no global backend).
 """
 
 from __future__ import annotations
@@ -17,15 +17,11 @@ from noisycal_platform import report_html
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.sensitivity import ranking_reversals
 
-__all__ = ["render_correctness_report"]
+__all__ = ["correctness_status_line", "render_correctness_report"]
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
-table{border-collapse:collapse;margin:1em 0;font-size:0.9em}
-th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}
-th{background:#f2f2f2} td.l,th.l{text-align:left}
-.rev{background:#ffe7a8} .best{font-weight:bold} .note{color:#555;font-size:0.9em}
-.banner{background:#fff3cd;border:1px solid #e0c36a;padding:0.6em 1em;margin:1em 0}
+#: What this report adds to the kit's stylesheet: reversal cells, the best value, skipped-criterion notes.
+_EXTRA_CSS = """
+.rev{background:#ffe7a8} .best{font-weight:bold}
 .skip{background:#f8d7da;border:1px solid #e4a1a8;padding:0.4em 1em;margin:0.4em 0}
 """
 
@@ -245,6 +241,13 @@ def _fa_table(fa: pl.DataFrame) -> str:
     )
 
 
+def correctness_status_line(criterion_audit: pl.DataFrame, *, synthetic: bool) -> str:
+    """One plain sentence for the index page: how many criteria were audited against human labels."""
+    ok = criterion_audit.filter(pl.col("status") == "ok") if "status" in criterion_audit.columns else None
+    n_ok = ok["criterion"].n_unique() if ok is not None and ok.height else 0
+    return f"{n_ok} criteria audited against human labels" + (" (synthetic demo data)" if synthetic else "")
+
+
 def render_correctness_report(
     criterion_audit: pl.DataFrame,
     ue_sensitivity: pl.DataFrame,
@@ -271,9 +274,7 @@ def render_correctness_report(
         f"{escape(r['note'] or '')}</div>"
         for r in skipped.iter_rows(named=True)
     )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title><style>{_CSS}</style></head>
-<body><h1>{escape(title)}</h1><p class=note>Generated {escape(created)}.</p>{banner}{skip_html}
+    body = f"""{banner}{skip_html}
 <h2>1. Human agreement and UE fidelity per task</h2>
 <p class=note>H_f: balanced accuracy against human labels, macro-averaged over dataset–model groups. F_f =
 1 − D_f,
@@ -286,6 +287,5 @@ bootstrap intervals.</p>
 {_auroc_table(ue_sensitivity)}
 <h2>3. False acceptance by error category</h2>
 {_fa_plot(false_acceptance)}
-{_fa_table(false_acceptance)}
-</body></html>
-"""
+{_fa_table(false_acceptance)}"""
+    return report_html.page(title, body, created=created, extra_css=_EXTRA_CSS)

@@ -50,8 +50,25 @@ def _frozen(a: np.ndarray, dtype: type, ndim: int, name: str) -> np.ndarray:
     return arr
 
 
+class _Scored:
+    """What both rankings share: one float64 ``scores`` entry per ranked element, stored read-only together
+    with the element array (``order`` or ``pairs``) once their lengths agree."""
+
+    scores: np.ndarray
+
+    def _store(self, name: str, elements: np.ndarray) -> None:
+        scores = _frozen(self.scores, np.float64, 1, "scores")
+        if elements.shape[0] != scores.shape[0]:
+            raise ValueError(f"{name} and scores differ in length: {elements.shape[0]} vs {scores.shape[0]}")
+        object.__setattr__(self, name, elements)
+        object.__setattr__(self, "scores", scores)
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+
 @dataclass(frozen=True, eq=False)
-class Ranking:
+class Ranking(_Scored):
     """Per-item ranking.
 
     Attributes
@@ -67,15 +84,7 @@ class Ranking:
     scores: np.ndarray
 
     def __post_init__(self) -> None:
-        order = _frozen(self.order, np.int64, 1, "order")
-        scores = _frozen(self.scores, np.float64, 1, "scores")
-        if order.shape != scores.shape:
-            raise ValueError(f"order and scores differ in length: {order.shape} vs {scores.shape}")
-        object.__setattr__(self, "order", order)
-        object.__setattr__(self, "scores", scores)
-
-    def __len__(self) -> int:
-        return int(self.order.shape[0])
+        self._store("order", _frozen(self.order, np.int64, 1, "order"))
 
     def to_frame(self, files: pl.DataFrame, kind: str) -> pl.DataFrame:
         """One row per rank (``RANKING_SCHEMA``); ``files`` (file_name, label) rows are in item-index order."""
@@ -112,7 +121,7 @@ class Ranking:
 
 
 @dataclass(frozen=True, eq=False)
-class PairRanking:
+class PairRanking(_Scored):
     """Ranking of item pairs.
 
     Attributes
@@ -127,15 +136,7 @@ class PairRanking:
     scores: np.ndarray
 
     def __post_init__(self) -> None:
-        pairs = _frozen(np.reshape(self.pairs, (-1, 2)), np.int64, 2, "pairs")
-        scores = _frozen(self.scores, np.float64, 1, "scores")
-        if pairs.shape[0] != scores.shape[0]:
-            raise ValueError(f"pairs and scores differ in length: {pairs.shape[0]} vs {scores.shape[0]}")
-        object.__setattr__(self, "pairs", pairs)
-        object.__setattr__(self, "scores", scores)
-
-    def __len__(self) -> int:
-        return int(self.pairs.shape[0])
+        self._store("pairs", _frozen(np.reshape(self.pairs, (-1, 2)), np.int64, 2, "pairs"))
 
     def to_frame(self, files: pl.DataFrame, kind: str) -> pl.DataFrame:
         """One row per ranked pair (``PAIR_RANKING_SCHEMA``); ``files`` rows are in item-index order."""

@@ -62,6 +62,19 @@ def test_pair_ranking_round_trips_through_its_table():
         p.to_frame(FILES.head(3), "baseline")
 
 
+def test_both_rankings_check_lengths_and_freeze_their_arrays():
+    with pytest.raises(ValueError, match="order and scores differ in length: 3 vs 2"):
+        Ranking(order=[0, 1, 2], scores=[0.1, 0.2])
+    with pytest.raises(ValueError, match="pairs and scores differ in length: 2 vs 1"):
+        PairRanking(pairs=[[0, 1], [1, 2]], scores=[0.1])
+    r, p = Ranking(order=[1, 0], scores=[0.2, 0.1]), PairRanking(pairs=[[0, 1]], scores=[0.3])
+    assert (len(r), len(p)) == (2, 1)
+    assert r.scores.dtype == p.scores.dtype == np.float64 and r.order.dtype == p.pairs.dtype == np.int64
+    for a in (r.order, r.scores, p.pairs, p.scores):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 0
+
+
 class _Config:
     """The two fields ``train_or_reuse_encoder`` reads besides the hash."""
 

@@ -216,3 +216,22 @@ def test_seed_comparisons_with_skipped_criteria_are_reported_not_computed(demo_f
     ok = allrows.filter(pl.col("status") == "ok").row(0, named=True)
     assert "bem − exact_match" in ok["note"] and "llm_judge − exact_match" in ok["note"]
     assert "semantic_entropy" in ok["note"]  # left out: not computed without an NLI model
+
+
+def test_criteria_summary_counts_by_hand():
+    decisions = pl.DataFrame(
+        {
+            "criterion": ["rouge_l_0.30", "exact_match", "exact_match", "exact_match", "rouge_l_0.30"],
+            "accepted": [True, True, False, False, None],
+            "skipped": [False, False, False, False, False],
+            "reason": ["a", "b", "c", "d", "e"],
+        }
+    ).vstack(pl.DataFrame({"criterion": ["bem"], "accepted": [None], "skipped": [True], "reason": ["no model"]},
+                          schema={"criterion": pl.String, "accepted": pl.Boolean, "skipped": pl.Boolean,
+                                  "reason": pl.String}))
+    got = cp.criteria_summary(decisions)
+    assert got["criterion"].to_list() == ["bem", "exact_match", "rouge_l_0.30"]
+    assert got["skipped"].to_list() == [True, False, False]
+    # exact_match accepts 1 of 3; rouge accepts its one decided row (a null decision is not counted)
+    assert got["acceptance_rate"].to_list()[1:] == [pytest.approx(1 / 3, rel=1e-12), 1.0]
+    assert got["acceptance_rate"][0] is None and got["note"].to_list() == ["no model", "b", "a"]

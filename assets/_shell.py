@@ -1,0 +1,28 @@
+"""What asset bodies of every stage share: a bad input fails its step once, naming the file.
+
+An input error does not heal by itself, so the step is not retried (``TRANSIENT_RETRY`` is for a held lock or
+a full disk); nothing is written for the partition, and the other partitions go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+
+__all__ = ["failing_on"]
+
+
+@contextmanager
+def failing_on(*errors: type[Exception], file: str | Path | None = None, safe: bool = False) -> Iterator[None]:
+    """Inside the block, an exception of one of ``errors`` fails the step without retry: its message becomes
+    the failure's description (with ``safe``, its ``.safe`` form, which quotes no file content) and ``file``,
+    when given, its metadata."""
+    try:
+        yield
+    except errors as exc:
+        metadata = {"file": str(file)} if file is not None else None
+        description = exc.safe if safe else str(exc)  # type: ignore[attr-defined]
+        raise dg.Failure(description=description, metadata=metadata, allow_retries=False) from None
