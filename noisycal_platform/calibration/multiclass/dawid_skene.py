@@ -140,22 +140,25 @@ def _one_hot(pats: np.ndarray, n_classes: int) -> Any:
     return sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(p, k * n_classes))
 
 
-def _stacked_product(m: Any, x: np.ndarray) -> np.ndarray:
-    """m @ x[r] for every leading index r of x (..., Q, C), as one matrix product (m dense or sparse)."""
-    if x.ndim == 2:
-        return np.asarray(m @ x)
-    lead, (q, c) = x.shape[:-2], x.shape[-2:]
-    flat = np.moveaxis(x.reshape(-1, q, c), 0, 1).reshape(q, -1)  # (Q, R·C)
-    out = np.asarray(m @ flat)
-    return np.moveaxis(out.reshape(out.shape[0], -1, c), 1, 0).reshape(*lead, out.shape[0], c)
+class _Design:
+    """The one-hot answers (P, K·C) as CSR, with its transpose kept (sparse products: no BLAS threads, which
+    contend on a loaded machine)."""
+
+    def __init__(self, onehot: Any):
+        self.m = sparse.csr_matrix(onehot)
+        self.T = sparse.csr_matrix(self.m.T)
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.m @ x)
 
 
 def _e_step(onehot: Any, log_prior: np.ndarray, log_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior γ (..., P, C) and per-pattern log marginal likelihood (..., P); leading axes (replicates)
-    on ``log_prior`` (..., C) and ``log_t`` (..., K, C, C)."""
+    """Posterior γ (P, ..., C) and per-pattern log marginal likelihood (P, ...). Pattern-major layout: the
+    axes ``...`` are replicates, with ``log_prior`` (..., C) and ``log_t`` (..., K, C, C)."""
     k, c = log_t.shape[-3], log_t.shape[-1]
-    lt = log_t.swapaxes(-1, -2).reshape(*log_t.shape[:-3], k * c, c)  # row j·C + a, column y
-    ll = _stacked_product(onehot, lt) + log_prior[..., None, :]
+    lead = log_t.shape[:-3]
+    lt = np.moveaxis(log_t.swapaxes(-1, -2).reshape(*lead, k * c, c), -2, 0)  # row j·C + a, then ..., column y
+    ll = np.asarray(onehot @ lt.reshape(k * c, -1)).reshape(-1, *lead, c) + log_prior
     m = ll.max(axis=-1, keepdims=True)
     e = np.exp(ll - m)
     s = e.sum(axis=-1, keepdims=True)
@@ -164,11 +167,11 @@ def _e_step(onehot: Any, log_prior: np.ndarray, log_t: np.ndarray) -> tuple[np.n
 
 def _m_step(onehot: Any, counts: np.ndarray, gamma: np.ndarray, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     """Count-weighted maximisers; a row with no weight becomes uniform; clipped at EPS and renormalised.
-    Leading axes (replicates) on ``counts`` (..., P) and ``gamma`` (..., P, C)."""
+    Pattern-major: ``counts`` (P, ...) and ``gamma`` (P, ..., C); returns π (..., C) and T (..., K, C, C)."""
     g = gamma * counts[..., None]
-    prior = g.sum(axis=-2) / counts.sum(axis=-1, keepdims=True)
-    n = _stacked_product(onehot.T, g)
-    n = n.reshape(*n.shape[:-2], k, c, c).swapaxes(-1, -2)  # [..., j, y, a]
+    prior = g.sum(axis=0) / counts.sum(axis=0)[..., None]
+    n = np.asarray(onehot.T @ g.reshape(g.shape[0], -1)).reshape(k, c, *g.shape[1:])  # [j, a, ..., y]
+    n = np.moveaxis(n, (0, 1), (-3, -1))  # [..., j, y, a]
     tot = n.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(tot > 0, n / tot, 1.0 / c)
@@ -188,12 +191,13 @@ class _Run:
 
 
 def _em_map(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, fixed_t: bool):
-    """One EM step F(π, T) and the log-likelihood at the input (π, T); leading axes are replicates."""
+    """One EM step F(π, T) and the log-likelihood at the input (π, T); ``counts`` (P, ...), π (..., C) and
+    T (..., K, C, C) with replicates on the axes ``...``."""
     k, c = t.shape[-3], t.shape[-1]
     # floor at 1e-300 so that a zero entry of a known matrix gives log ≈ −690, not 0·(−inf) = NaN
     gamma, ll = _e_step(onehot, np.log(prior), np.log(np.maximum(t, 1e-300)))
     new_prior, new_t = _m_step(onehot, counts, gamma, k, c)
-    return new_prior, (t if fixed_t else new_t), np.einsum("...p,...p->...", counts, ll)
+    return new_prior, (t if fixed_t else new_t), np.einsum("p...,p...->...", counts, ll)
 
 
 def _project(prior: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -224,6 +228,8 @@ def _em_runs(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, 
     fixed points are those of plain EM; the stopping rule is always a plain EM step's change.
     """
     prior, t = np.array(prior, float), np.array(t, float)
+    onehot = _Design(onehot)
+    counts = np.ascontiguousarray(np.asarray(counts, float).T)  # (P, R): pattern-major
     r_all, c = prior.shape
     n_iter = np.zeros(r_all, np.int64)
     converged = np.zeros(r_all, bool)
@@ -231,7 +237,7 @@ def _em_runs(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, 
     it = 0  # every replicate still running has made the same number of steps
     with np.errstate(invalid="ignore", divide="ignore"):
         while it < max_iter and act.size:
-            p0, t0, cnt = prior[act], t[act], counts[act]
+            p0, t0, cnt = prior[act], t[act], counts[:, act]
             p1, t1, _ = _em_map(onehot, cnt, p0, t0, fixed_t)
             it += 1
             change = np.maximum(np.abs(p1 - p0).max(axis=1), np.abs(t1 - t0).max(axis=(1, 2, 3)))
@@ -239,7 +245,7 @@ def _em_runs(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, 
             prior[act[stop]], t[act[stop]] = p1[stop], t1[stop]
             converged[act[stop]], n_iter[act[stop]] = True, it
             go = ~stop
-            act, p0, t0, p1, t1, cnt = act[go], p0[go], t0[go], p1[go], t1[go], cnt[go]
+            act, p0, t0, p1, t1, cnt = act[go], p0[go], t0[go], p1[go], t1[go], cnt[:, go]
             if act.size == 0:
                 break
             if not accelerate or it + 2 > max_iter:
@@ -295,7 +301,9 @@ def batched_confusion_em(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray
     r, _ = counts.shape
     k = pats.shape[1]
     c = np.asarray(confusion).shape[-1]
-    onehot = _one_hot(pats, c)
+    used = counts.sum(axis=0) > 0  # patterns no replicate shows carry nothing
+    onehot = _one_hot(pats[used], c)
+    counts = counts[:, used]
     prior = np.broadcast_to(prior, (r, c))
     t = np.broadcast_to(confusion, (r, k, c, c))
     prior, t, _, _, done = _em_runs(onehot, counts, prior, t, max_iter, tol)
@@ -454,9 +462,17 @@ def estimate_confusion(
     else:
         start0 = _soft_vote_start(onehot, pats, counts, k, c)
     starts = [start0] + [_random_start(rng, k, c) for _ in range(n_starts - 1)]
+    fits = _em_runs(
+        onehot,
+        np.broadcast_to(counts, (n_starts, counts.size)),
+        np.stack([np.asarray(st[0], float) for st in starts]),
+        np.stack([np.asarray(st[1], float) for st in starts]),
+        max_iter,
+        tol,
+    )  # all starts at once, each run as if alone
     runs = []
-    for prior0, t0 in starts:
-        r = _run_em(onehot, counts, np.asarray(prior0, float), np.asarray(t0, float), max_iter, tol)
+    for i in range(n_starts):  # loop over starts: orientation and screening
+        r = _Run(fits[0][i], fits[1][i], float(fits[2][i]), int(fits[3][i]), bool(fits[4][i]))
         sigma = np.arange(c)
         if orient:
             r, sigma = _orient(r)

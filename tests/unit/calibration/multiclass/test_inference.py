@@ -178,10 +178,10 @@ def _summary(calibrated, mis, truth):
 def test_guarantees_fast_version():
     """Few runs, loose bounds: the direction of every guarantee (the slow tests check the numbers)."""
     truth = _population("top_label")
-    m = _summary(_runs(8, 1500, 100, "top_label", False), _runs(6, 1500, 100, "top_label", True), truth)
-    assert m["reject_calibrated"] <= 0.25  # P(≥ 3 of 8 | 5%) < 0.006
+    m = _summary(_runs(6, 1000, 80, "top_label", False), _runs(5, 1500, 80, "top_label", True), truth)
+    assert m["reject_calibrated"] <= 2 / 6  # P(≥ 3 of 6 | size 5%) = 0.002
     assert m["debiased_calibrated"] < 0.8 * m["plugin_calibrated"]
-    assert m["coverage"] >= 4 / 6 and m["reject_mis"] == 1.0
+    assert m["coverage"] >= 3 / 5 and m["reject_mis"] == 1.0
 
 
 @pytest.mark.slow
@@ -190,7 +190,7 @@ def test_guarantees_with_estimated_channels(kind):
     """400 runs each: size ≤ 7% for a calibrated predictor and its debiased value well below the plug-in;
     for p ∝ p_true^1.5 at n = 3,000 coverage ≥ 92% and rejection ≥ 95%."""
     truth = _population(kind)
-    m = _summary(_runs(400, 1500, 300, kind, False), _runs(400, 3000, 300, kind, True), truth)
+    m = _summary(_runs(400, 1500, 200, kind, False), _runs(400, 3000, 200, kind, True), truth)
     print(kind, truth, m)
     assert m["reject_calibrated"] <= 0.07
     assert m["debiased_calibrated"] < 0.6 * m["plugin_calibrated"]
@@ -201,7 +201,7 @@ def test_guarantees_with_estimated_channels(kind):
 @pytest.mark.slow
 def test_coverage_with_known_channels():
     truth = _population("classwise")
-    runs = _runs(400, 3000, 300, "classwise", True, known=True)
+    runs = _runs(400, 3000, 200, "classwise", True, known=True)
     assert not any(c.channels_refit for c in runs)
     coverage = np.mean([c.ci_low <= truth <= c.ci_high for c in runs])
     print({"coverage_known": coverage, "truth": truth})
