@@ -45,7 +45,6 @@ from ..inference import CalibrationTest, basic_interval, bootstrap_p_value, debi
 from ..nc_ece import _check_n_bins
 from ._patterns import as_class_annotations, class_codes, pattern_digits
 from .corrected import (
-    MULTICLASS_WEIGHT_RULES,
     PREVALENCE_CLIP,
     as_confusion,
     class_weights,
@@ -94,16 +93,6 @@ class _Layout:
         self.sslot = (t * n_bins + b) * self.n_masks + self.item_mask[:, None]
         self.n_cells = c * n_bins * self.n_pat
         self.n_scells = c * n_bins * self.n_masks
-
-    def maps(self) -> tuple[sparse.csr_matrix, sparse.csr_matrix]:
-        """(cells × items) 0/1 and (score cells × items) s_ig matrices: item multiplicities → cell tables."""
-        g = self.n_rows
-        cols = np.repeat(np.arange(self.n), g)
-        a = sparse.csr_matrix(
-            (np.ones(self.n * g), ((self.slot + self.key[:, None]).ravel(), cols)), shape=(self.n_cells, self.n)
-        )
-        s = sparse.csr_matrix((self.score.ravel(), (self.sslot.ravel(), cols)), shape=(self.n_scells, self.n))
-        return a, s
 
 
 class _Evaluator:
@@ -195,35 +184,77 @@ def _run_side(draw, ev: _Evaluator, lay: _Layout, n_rep: int):
 
 
 def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
-    """Item multiplicities Multinomial(N, 1/N) (N uniform indices, counted) → cell counts and score sums."""
-    to_cells, to_scores = lay.maps()
-    n = lay.n
+    """Items resampled with replacement, through cells: items with the same cell in every row and the same fine
+    sub-bin (width 1/(4B)) per row share a bootstrap cell; its count is Multinomial(N, n_cell/N) and its score
+    sum per row M·s̄ + sqrt(M·v)·Z (v the within-cell score variance, Z standard normal), which matches the first
+    two moments of the exact resample and is exact for a cell of one item or of equal scores."""
+    n, g = lay.n, lay.n_rows
+    sub = np.minimum(np.floor(lay.score * 4 * lay.n_bins).astype(np.int64), 4 * lay.n_bins - 1) % 4
+    _, cell_of, count = np.unique(
+        np.concatenate([lay.slot + lay.key[:, None], sub], axis=1), axis=0, return_inverse=True, return_counts=True
+    )
+    cell_of = cell_of.ravel()
+    n_occ = count.size
+    mean = np.zeros((n_occ, g))
+    sq = np.zeros((n_occ, g))
+    np.add.at(mean, cell_of, lay.score)
+    np.add.at(sq, cell_of, lay.score**2)
+    mean /= count[:, None]
+    sd = np.sqrt(np.maximum(sq / count[:, None] - mean**2, 0.0))  # (cells, G)
+    first = np.zeros(n_occ, np.int64)
+    first[cell_of[::-1]] = np.arange(n)[::-1]  # one item of every cell gives the cell's slots
+    cols = np.arange(n_occ * g)
+    to_cells = sparse.csr_matrix(
+        (np.ones(n_occ * g), ((lay.slot[first] + lay.key[first, None]).ravel(), cols // g)), shape=(lay.n_cells, n_occ)
+    )
+    to_scores = sparse.csr_matrix(
+        (np.ones(n_occ * g), (lay.sslot[first].ravel(), cols)), shape=(lay.n_scells, n_occ * g)
+    )
+    noisy = np.flatnonzero((sd > 0).any(axis=1))
 
     def draw(r: int):
-        idx = rng.integers(0, n, size=(r, n)) + (np.arange(r) * n)[:, None]
-        mult = np.bincount(idx.ravel(), minlength=r * n).reshape(r, n).astype(float)
-        return np.asarray((to_cells @ mult.T).T), np.asarray((to_scores @ mult.T).T)
+        if n_occ * 4 < n:  # few cells: one binomial per cell
+            m = rng.multinomial(n, count / n, size=r).astype(float)
+        else:  # many cells: N uniform items, counted by cell
+            idx = cell_of[rng.integers(0, n, size=(r, n))] + (np.arange(r) * n_occ)[:, None]
+            m = np.bincount(idx.ravel(), minlength=r * n_occ).reshape(r, n_occ).astype(float)
+        ssum = m[:, :, None] * mean[None]  # (R, cells, G)
+        if noisy.size:
+            ssum[:, noisy] += np.sqrt(m[:, noisy, None]) * sd[noisy] * rng.standard_normal((r, noisy.size, g))
+        return np.asarray((to_cells @ m.T).T), np.asarray((to_scores @ ssum.reshape(r, -1).T).T)
 
     return draw
 
 
 def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Generator):
-    """H0: Y_i ~ Categorical(p_i), answers ~ T_j[Y_i, ·] for the annotators who labelled i; scores fixed."""
+    """H0: Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
+    Π_j T_j[Y_i, a_j]: one inverse-CDF draw over the answer vectors of its presence set; scores fixed."""
     n, c, k = lay.n, lay.c, lay.k
     cum_p = np.cumsum(p, axis=1)[:, :-1]  # (n, C−1): Y = #{c : cum_c ≤ u}
-    cum_t = np.cumsum(t, axis=2) + np.arange(c)[None, :, None]  # row y shifted by y: one sorted array per j
-    missing_key = ((~lay.item_present) * c * lay.powers).sum(axis=1)
+    prob = np.ones((c, lay.n_pat))  # P(pattern | Y = y) over the annotators present in the pattern
+    for j in range(k):  # loop over annotators
+        prob *= np.where(lay.present[:, j], t[j][:, np.minimum(lay.pats[:, j], c - 1)], 1.0)
+    # one sorted table: row q = mask·C + y holds q + the CDF over the patterns of that presence set
+    values, keys, row_start, row_len = [], [], [], []
+    offset = 0
+    for m in range(lay.n_masks):  # loop over presence sets (2^K)
+        pats_m = np.flatnonzero(lay.pat_mask == m)
+        cdf = np.cumsum(prob[:, pats_m], axis=1)  # (C, n_m)
+        values.append(((m * c + np.arange(c))[:, None] + cdf).ravel())
+        keys.append(np.tile(pats_m, c))
+        row_start.append(offset + pats_m.size * np.arange(c))
+        row_len.append(np.full(c, pats_m.size))
+        offset += c * pats_m.size
+    table, entry_key = np.concatenate(values), np.concatenate(keys)
+    row_start, row_last = np.concatenate(row_start), np.concatenate(row_start) + np.concatenate(row_len) - 1
+    q0 = lay.item_mask * c
     fixed_scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
     fixed_scores[np.arange(lay.n_scells) % lay.n_masks == 0] = 0.0  # unannotated items are never included
-    g_off = lay.slot  # (n, G)
 
     def draw(r: int):
-        y = (rng.random((r, n, 1)) >= cum_p[None]).sum(axis=2)
-        key = np.broadcast_to(missing_key, (r, n)).copy()
-        for j in range(k):  # loop over annotators (K small)
-            a = np.searchsorted(cum_t[j].ravel(), y + rng.random((r, n)), side="right") - c * y
-            key += np.minimum(a, c - 1) * lay.powers[j] * lay.item_present[:, j]
-        cell = (g_off[None] + key[:, :, None] + (np.arange(r) * lay.n_cells)[:, None, None]).ravel()
+        q = q0 + (rng.random((r, n, 1)) >= cum_p[None]).sum(axis=2)
+        idx = np.clip(np.searchsorted(table, q + rng.random((r, n)), side="right"), row_start[q], row_last[q])
+        cell = (lay.slot[None] + entry_key[idx][:, :, None] + (np.arange(r) * lay.n_cells)[:, None, None]).ravel()
         cells = np.bincount(cell, minlength=r * lay.n_cells).reshape(r, lay.n_cells).astype(float)
         return cells, fixed_scores
 
@@ -231,17 +262,8 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
 
 
 def calibration_test_multiclass(
-    probs: Any,
-    annotations: Any,
-    channels: Any = None,
-    *,
-    kind: str = "top_label",
-    weights: Any = "iv",
-    n_bins: int = 15,
-    n_boot: int = 1000,
-    alpha: float = 0.05,
-    seed: int = 0,
-    min_gap: float = 0.05,
+    probs: Any, annotations: Any, channels: Any = None, *, kind: str = "top_label", weights: Any = "iv",
+    n_bins: int = 15, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, min_gap: float = 0.05,
     fitted: ConfusionFit | None = None,
 ) -> CalibrationTest:
     """Plug-in and debiased multi-class NC-ECE, a bootstrap interval and a test of H0 P(Y = c | p) = p_c.
@@ -277,10 +299,6 @@ def calibration_test_multiclass(
         raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    if isinstance(weights, str) and weights not in MULTICLASS_WEIGHT_RULES:
-        raise ValueError(f"weights must be one of {MULTICLASS_WEIGHT_RULES} or an array, got {weights!r}")
-    if fitted is not None and channels is not None:
-        raise ValueError("pass either channels (held fixed) or fitted (re-estimated in replicates), not both")
     p = check_probs(probs).astype(np.float64, copy=False)
     c = p.shape[1]
     a, _ = as_class_annotations(annotations, c)
@@ -294,6 +312,8 @@ def calibration_test_multiclass(
             f"(limit {MAX_CELLS_PER_REPLICATE}); use fewer bins or split the annotators"
         )
     refit = channels is None
+    if fitted is not None and not refit:
+        raise ValueError("pass either channels (held fixed) or fitted (re-estimated in replicates), not both")
     if refit:
         fit = fitted if fitted is not None else estimate_confusion(a, n_classes=c, seed=seed, min_gap=min_gap)
         if fit.confusion.shape != (k, c, c):
@@ -313,14 +333,8 @@ def calibration_test_multiclass(
     n_val, _, n_mean_y, n_ok = _run_side(_null_draw(lay, p, t0, null_rng), ev, lay, n_boot)
 
     g = lay.n_rows
-    n_row = point.bin_n.sum(axis=1, keepdims=True)
-    m_hat = (point.bin_sum_label - point.bin_sum_score) / n_row  # (G, B) per-row moments
-    var_m = np.zeros(g * lay.n_bins)
-    if b_ok.sum() > 1:
-        var_m = np.nan_to_num(np.nanvar(b_mom[b_ok], axis=0, ddof=1))
-    debiased = float(debiased_abs_sum(m_hat.ravel() / g, var_m))
-    lo, hi = basic_interval(point.value, b_val[b_ok], 1 - alpha)
-    null_ok = n_val[n_ok]
+    m_hat = (point.bin_sum_label - point.bin_sum_score) / point.bin_n.sum(axis=1, keepdims=True)  # (G, B)
+    fields, var_m = _replicate_fields(point.value, m_hat.ravel() / g, (b_val, b_mom, b_ok), (n_val, n_ok), alpha)
     rows, cols = np.nonzero(point.bin_n)
     with np.errstate(invalid="ignore"):
         band = (
@@ -336,17 +350,10 @@ def calibration_test_multiclass(
     )
     binary = c == 2
     return CalibrationTest(
-        nc_ece=point.value,
-        nc_ece_debiased=debiased,
-        ci_low=lo,
-        ci_high=hi,
-        p_value=bootstrap_p_value(point.value, null_ok),
-        null_q95=float(np.quantile(null_ok, 0.95)) if null_ok.size else float("nan"),
+        **fields,
         channels_refit=refit,
         alpha=float(alpha),
         n_boot=int(n_boot),
-        n_unidentified_boot=int((~b_ok).sum()),
-        n_unidentified_null=int((~n_ok).sum()),
         n_items=point.n_items,
         n_bins=n_bins,
         bins=bins,
@@ -355,3 +362,24 @@ def calibration_test_multiclass(
         prevalence=float(prev0[1]) if binary else float("nan"),
         method=method,
     )
+
+
+def _replicate_fields(value: float, moments: np.ndarray, boot: tuple, null: tuple, alpha: float):
+    """The `CalibrationTest` fields drawn from the replicates, for point moments (M,) whose absolute sum is
+    ``value``; boot = (values (R,), moments (R, M), identified (R,)), null = (values (R,), identified (R,)).
+    Returns them as a dict, and the bootstrap variance of each moment (M,)."""
+    b_val, b_mom, b_ok = boot
+    n_val, n_ok = null
+    var = np.nan_to_num(np.nanvar(b_mom[b_ok], axis=0, ddof=1)) if b_ok.sum() > 1 else np.zeros(moments.size)
+    lo, hi = basic_interval(value, b_val[b_ok], 1 - alpha)
+    at_null = n_val[n_ok]
+    return {
+        "nc_ece": value,
+        "nc_ece_debiased": float(debiased_abs_sum(moments, var)),
+        "ci_low": lo,
+        "ci_high": hi,
+        "p_value": bootstrap_p_value(value, at_null),
+        "null_q95": float(np.quantile(at_null, 0.95)) if at_null.size else float("nan"),
+        "n_unidentified_boot": int((~b_ok).sum()),
+        "n_unidentified_null": int((~n_ok).sum()),
+    }, var
