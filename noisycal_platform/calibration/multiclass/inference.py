@@ -226,6 +226,26 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
     return draw
 
 
+class _GuidedInverse:
+    """#{entries ≤ v} for a sorted table, by a guide table (Chen & Asau 1974, "On generating random variates
+    from an empirical distribution", AIIE Trans. 6(2)): bucket b of width 1/M starts at #{entries ≤ b/M}, then
+    a short vectorised forward scan; equal to ``searchsorted(table, v, side="right")`` in expected O(1)."""
+
+    def __init__(self, table: np.ndarray, per_unit: int = 1024):
+        self.m = float(per_unit)
+        self.table = np.append(table, np.inf)  # sentinel
+        self.guide = np.searchsorted(table, np.arange(int(np.ceil(table[-1] * per_unit)) + 2) / self.m, side="right")
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        b = np.minimum((v * self.m).astype(np.int64), self.guide.size - 1)
+        idx = self.guide[b]
+        todo = np.flatnonzero(self.table[idx] <= v)
+        while todo.size:  # loop over scan steps (few), each vectorised over the items still scanning
+            idx.flat[todo] += 1
+            todo = todo[self.table[idx.flat[todo]] <= v.flat[todo]]
+        return idx
+
+
 def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Generator):
     """H0: Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
     Π_j T_j[Y_i, a_j]: one inverse-CDF draw over the answer vectors of its presence set; scores fixed."""
@@ -247,13 +267,14 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
         offset += c * pats_m.size
     table, entry_key = np.concatenate(values), np.concatenate(keys)
     row_start, row_last = np.concatenate(row_start), np.concatenate(row_start) + np.concatenate(row_len) - 1
+    inverse = _GuidedInverse(table)
     q0 = lay.item_mask * c
     fixed_scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
     fixed_scores[np.arange(lay.n_scells) % lay.n_masks == 0] = 0.0  # unannotated items are never included
 
     def draw(r: int):
         q = q0 + (rng.random((r, n, 1)) >= cum_p[None]).sum(axis=2)
-        idx = np.clip(np.searchsorted(table, q + rng.random((r, n)), side="right"), row_start[q], row_last[q])
+        idx = np.clip(inverse(q + rng.random((r, n))), row_start[q], row_last[q])
         cell = (lay.slot[None] + entry_key[idx][:, :, None] + (np.arange(r) * lay.n_cells)[:, None, None]).ravel()
         cells = np.bincount(cell, minlength=r * lay.n_cells).reshape(r, lay.n_cells).astype(float)
         return cells, fixed_scores
