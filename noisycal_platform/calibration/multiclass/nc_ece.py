@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..nc_ece import NCECEResult
+from ..nc_ece import NCECEResult, _check_n_bins
 from .corrected import PREVALENCE_CLIP, as_confusion, class_weights, pattern_targets
 
 __all__ = ["NC_ECE_KINDS", "MulticlassNCECEResult", "binned_ece_multiclass", "check_probs", "nc_ece_multiclass"]
@@ -249,8 +249,7 @@ def nc_ece_multiclass(
     """
     if kind not in NC_ECE_KINDS:
         raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
-    if not isinstance(n_bins, (int, np.integer)) or isinstance(n_bins, bool) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    n_bins = _check_n_bins(n_bins)
     a = np.asarray(annotations)
     if a.ndim == 1:
         a = a[:, None]
