@@ -117,6 +117,18 @@ def test_fixed_channels_give_a_bootstrap_that_reproduces_the_point_value():
         assert value[0] == pytest.approx(ref.value, rel=1e-9)
 
 
+def test_guided_inverse_cdf_equals_searchsorted():
+    """The null sampler's guide-table lookup is #{entries ≤ v}, numpy's searchsorted(side="right"), exactly."""
+    from noisycal_platform.calibration.multiclass.inference import _GuidedInverse
+
+    rng = np.random.default_rng(8)
+    rows = [q + np.cumsum(rng.dirichlet(np.full(40, 0.1))) for q in range(12)]
+    table = np.sort(np.concatenate(rows))
+    v = rng.random((20, 500)) * 12
+    v.flat[:100] = table[rng.integers(0, table.size, 100)]  # ties with table entries
+    np.testing.assert_array_equal(_GuidedInverse(table)(v), np.searchsorted(table, v, side="right"))
+
+
 def test_unidentified_replicates_are_counted_not_hidden():
     """A weak third annotator and min_gap just under its smallest singular value: refits fall under it."""
     rng = np.random.default_rng(5)
