@@ -11,12 +11,15 @@ counts over cells (target class, bin, pattern) per row plus score sums over (tar
 the refit and the statistic read only these tables, never the items. With the channels held fixed or refitted,
 a replicate costs O(C·B·(C+1)^K) after its counts are drawn.
 
-- bootstrap (items resampled with replacement): the multiplicities of the items are Multinomial(N, 1/N), drawn as
-  N uniform indices and counted, then summed into the cells; exact, score sums included;
-- null (H0): Y_i ~ Categorical(p_i), then the answer of every annotator who labelled item i ~ its confusion row
-  T_j[Y_i, ·] (inverse CDF), the point-estimate channels, presence kept, scores fixed; exact, no mean-score
-  approximation per bin. (Drawing Multinomial counts over the C^K answer vectors per cell instead costs more:
-  numpy's sampler visits every category, about 14 µs per 343-category draw.)
+- bootstrap (items resampled with replacement): items with the same cells and the same fine sub-bins (width
+  1/(4B)) share a bootstrap cell; cell counts are Multinomial(N, n_cell/N) and a cell's score sum is
+  M·s̄ + sqrt(M·v)·Z (v its within-cell score variance, Z standard normal), the first two moments of the exact
+  resample (the binary test's device; exact for cells of one item, the usual case for classwise);
+- null (H0): Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
+  Π_j T_j[Y_i, a_j] (point-estimate channels, presence kept, scores fixed), one inverse-CDF draw per item from
+  a guide table: exact, with no mean-score approximation per bin. (Multinomial counts over the C^K answer
+  vectors per cell cost more: numpy's sampler visits every category, measured about 14 µs per 343-category
+  draw.)
 
 Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts (`batched_confusion_em`, seed 000
 §F.1.1 with C classes), vectorised over replicates and warm-started at the point estimate. A replicate whose refit
@@ -305,7 +308,7 @@ def calibration_test_multiclass(
 
     Returns the binary test's `CalibrationTest`: ``nc_ece`` equals `nc_ece_multiclass`; ``nc_ece_debiased``
     is `debiased_abs_sum` (Kumar, Liang & Ma 2019, "Verified uncertainty calibration", NeurIPS) of the moments
-    m_gk/G with their bootstrap variances (bias left: about 0.468·σ_gk/G per bin where m_gk = 0);
+    m_gk/G with their bootstrap variances (the bias it leaves, largest in calibrated bins, is stated there);
     ``ci_low``/``ci_high`` the basic bootstrap interval; ``p_value``/``null_q95`` from the parametric bootstrap
     under H0 (Bröcker & Smith 2007, "Increasing the reliability of reliability diagrams", Weather Forecast.
     22, consistency resampling with noisy annotators). ``bins`` has a ``class`` column (−1 for top-label;
