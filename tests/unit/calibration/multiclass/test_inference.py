@@ -193,19 +193,24 @@ def test_guarantees_fast_version():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["top_label", "classwise"])
-def test_guarantees_with_estimated_channels(kind):
-    """400 runs each: size ≤ 7% for a calibrated predictor and its debiased value well below the plug-in;
-    for p ∝ p_true^1.5 at n = 3,000 coverage ≥ 92% and rejection ≥ 95%."""
-    truth = _population(kind)
-    reject, debiased, plugin, _ = _rates(_runs(400, 1500, 200, kind, False))
-    reject_mis, _, _, coverage = _rates(_runs(400, 3000, 200, kind, True), truth)
-    print({"kind": kind, "truth": truth, "reject": reject, "debiased": debiased, "plugin": plugin,
-           "coverage": coverage, "reject_mis": reject_mis})
+def test_size_and_debiasing_for_a_calibrated_predictor():
+    """400 runs, n = 1,500, confusion matrices by Dawid–Skene refitted in every replicate: the test rejects a
+    calibrated predictor in at most 7% of runs, and the mean debiased value is well below the plug-in's."""
+    reject, debiased, plugin, _ = _rates(_runs(400, 1500, 100, "top_label", False))
+    print({"reject": reject, "debiased": debiased, "plugin": plugin})
     assert reject <= 0.07
     assert debiased < 0.6 * plugin
+
+
+@pytest.mark.slow
+def test_coverage_and_power_for_a_miscalibrated_predictor():
+    """400 runs, n = 3,000, p ∝ p_true^1.5, refits in every replicate: the interval covers the population value
+    in at least 92% of runs and the test rejects in at least 95%."""
+    truth = _population("top_label")
+    reject, _, _, coverage = _rates(_runs(400, 3000, 100, "top_label", True), truth)
+    print({"truth": truth, "coverage": coverage, "reject": reject})
     assert coverage >= 0.92
-    assert reject_mis >= 0.95
+    assert reject >= 0.95
 
 
 @pytest.mark.slow
