@@ -338,6 +338,8 @@ def calibration_test_multiclass(
     refit = channels is None
     if fitted is not None and not refit:
         raise ValueError("pass either channels (held fixed) or fitted (re-estimated in replicates), not both")
+    if fitted is not None and not isinstance(fitted, ConfusionFit):
+        raise TypeError(f"fitted must be a ConfusionFit (estimate_confusion), got {type(fitted).__name__}")
     if refit:
         fit = fitted if fitted is not None else estimate_confusion(a, n_classes=c, seed=seed, min_gap=min_gap)
         if fit.confusion.shape != (k, c, c):

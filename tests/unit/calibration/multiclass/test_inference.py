@@ -157,6 +157,8 @@ def test_bad_inputs_are_refused_with_a_clear_error():
         calibration_test_multiclass(p, a, weights="gap")
     with pytest.raises(ValueError, match="not both"):
         calibration_test_multiclass(p, a, T, fitted=known_confusion(T))
+    with pytest.raises(TypeError, match="ConfusionFit"):
+        calibration_test_multiclass(p, a, fitted=T)
     with pytest.raises(ValueError, match="rows"):
         calibration_test_multiclass(p[:-1], a)
     bad = p.copy()
