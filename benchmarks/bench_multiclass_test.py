@@ -51,9 +51,8 @@ def _plain_replicate(p, a, point, kind: str, rng: np.random.Generator, null: boo
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--n-boot", type=int, default=1000)
-    ap.add_argument("--loop-reps", type=int, default=5)
+    for flag, default in (("--n", 100_000), ("--n-boot", 1000), ("--loop-reps", 5)):  # integer options
+        ap.add_argument(flag, type=int, default=default)
     args = ap.parse_args()
     rng = np.random.default_rng(7)
     a, y = draw(rng, args.n, confusions(), missing=0.1)
