@@ -158,17 +158,21 @@ def _e_step(onehot: Any, log_prior: np.ndarray, log_t: np.ndarray) -> tuple[np.n
     k, c = log_t.shape[-3], log_t.shape[-1]
     lead = log_t.shape[:-3]
     lt = np.moveaxis(log_t.swapaxes(-1, -2).reshape(*lead, k * c, c), -2, 0)  # row j·C + a, then ..., column y
-    ll = np.asarray(onehot @ lt.reshape(k * c, -1)).reshape(-1, *lead, c) + log_prior
-    m = ll.max(axis=-1, keepdims=True)
-    e = np.exp(ll - m)
+    e = np.asarray(onehot @ lt.reshape(k * c, -1)).reshape(-1, *lead, c)
+    e += log_prior  # in place from here on: log-likelihoods, then their exponentials, then γ
+    m = e.max(axis=-1, keepdims=True)
+    e -= m
+    np.exp(e, out=e)
     s = e.sum(axis=-1, keepdims=True)
-    return e / s, (m + np.log(s))[..., 0]
+    e /= s
+    return e, (m + np.log(s))[..., 0]
 
 
 def _m_step(onehot: Any, counts: np.ndarray, gamma: np.ndarray, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
     """Count-weighted maximisers; a row with no weight becomes uniform; clipped at EPS and renormalised.
     Pattern-major: ``counts`` (P, ...) and ``gamma`` (P, ..., C); returns π (..., C) and T (..., K, C, C)."""
-    g = gamma * counts[..., None]
+    g = gamma
+    g *= counts[..., None]  # γ is not used again by the callers: weighted in place
     prior = g.sum(axis=0) / counts.sum(axis=0)[..., None]
     n = np.asarray(onehot.T @ g.reshape(g.shape[0], -1)).reshape(k, c, *g.shape[1:])  # [j, a, ..., y]
     n = np.moveaxis(n, (0, 1), (-3, -1))  # [..., j, y, a]
