@@ -27,7 +27,10 @@ is not finite, has a confusion matrix with smallest singular value ≤ ``min_gap
 ≤ 1e-6 is *unidentified*: counted, reported and left out of the quantiles.
 
 The debiasing (`debiased_abs_sum`), the interval (`basic_interval`) and the p-value (`bootstrap_p_value`) are
-those of the binary `calibration_test`, applied to the G·B moments m_gk / G.
+those of the binary `calibration_test`, applied to the G·B moments m_gk / G. Coverage (simulation, 5 classes,
+n = 3,000, p ∝ p_true^1.5): top-label is checked by the tests; classwise with known channels measured 0.88 over
+400 runs, below 0.95: with C·B moments, many near zero, the basic interval's bootstrap bias correction
+overshoots and the misses lie above the interval.
 
 Relation to the binary test (C = 2, classwise): class 0's bins are the mirror of class 1's (bin(1 − s) =
 B − 1 − bin(s) except at s·B integer) and Ỹ_0 = 1 − Ỹ_1 (rows of T^{-1} sum to 1), so m_0,B−1−k = −m_1,k and the
