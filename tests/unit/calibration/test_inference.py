@@ -165,9 +165,11 @@ def test_guarantees_with_estimated_channels():
     assert m["debiased_calibrated"] <= 0.045
     assert m["coverage"] >= 0.92
     assert m["reject_mis"] >= 0.95
-    # Not met: "MAE of the debiased value below the plug-in's" (measured 0.00972 vs 0.00945 over 400 runs). Here the
-    # plug-in's bias (+0.0007) is 6% of its s.d., so removing it cannot pay for the variance that any per-bin
-    # correction strong enough for the calibrated bound above adds in bins with |m_k| ≈ 1–2 σ_k. Bound the loss.
+    # Not met: "MAE of the debiased value below the plug-in's" (0.00972 vs 0.00945 over these 400 runs; paired
+    # difference +0.00027, s.e. 0.00008). The plug-in's bias here is +0.0004 (s.e. 0.0006), 3% of its s.d. 0.0118:
+    # even subtracting the exact bias as a constant (an oracle) lowers the MAE by only 0.00004 (s.e. 0.00003). Every
+    # data-based correction falls as |m̂_k| rises, so its noise is anti-correlated with the plug-in's error (slope > 1
+    # in bins with |m_k| ≈ 1.5–3 σ_k; channel-refit error moves all bins together) and costs more than that. Bound it.
     assert m["mae_debiased"] < 1.05 * m["mae_plugin"]
 
 
