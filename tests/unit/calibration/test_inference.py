@@ -108,6 +108,25 @@ def test_debiased_abs_sum_bias_at_zero_is_the_closed_form():
     assert debiased_abs_sum(np.array([0.5, -0.4]), np.zeros(2)) == pytest.approx(0.9, rel=1e-9)
 
 
+def test_debiased_bias_and_cost_away_from_zero_by_quadrature():
+    """m̂ ~ N(σ, σ²): bias −0.066σ (plug-in +0.167σ); m̂ ~ N(2σ, σ²): a larger variance than the plug-in's (the
+    cost the docstring states), both by quadrature over the normal density."""
+    from scipy import integrate
+
+    def moments(mu, f):
+        pdf = stats.norm(mu, 1.0).pdf
+        m1 = integrate.quad(lambda x: f(x) * pdf(x), -12, 12, points=[0.0])[0]
+        m2 = integrate.quad(lambda x: f(x) ** 2 * pdf(x), -12, 12, points=[0.0])[0]
+        return m1 - abs(mu), m2 - m1**2
+
+    def kumar(x):
+        return 2 * abs(x) - float(folded_normal_mean(x, 1.0))
+
+    assert moments(1.0, kumar)[0] == pytest.approx(-0.066, abs=5e-4)
+    assert moments(1.0, abs)[0] == pytest.approx(0.167, abs=5e-4)
+    assert moments(2.0, kumar)[1] > 1.02 * moments(2.0, abs)[1]
+
+
 def test_basic_interval_and_p_value_definitions():
     reps = np.arange(1, 1001) / 1000.0  # quantiles 0.025 → 0.025975, 0.975 → 0.975025 (linear)
     lo, hi = basic_interval(0.5, reps, 0.95)
