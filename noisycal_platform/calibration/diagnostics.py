@@ -12,10 +12,11 @@ obtain excess moments.
   §4.2, §D.2); the model-implied agreement e_gjk = π_g[(1−b_j)(1−b_k) + b_j b_k] + (1 − π_g)[a_j a_k +
   (1−a_j)(1−a_k)] is compared with the observed agreement o_gjk on items labelled by both:
   T = Σ_{g, j<k} n_gjk (o_gjk − e_gjk)² / (e_gjk(1 − e_gjk)). Dependence between j and k moves o, not e.
-- Score invariance: per-group channels from one M-step on the shared fit's posteriors (each group's own
-  counts, everyone else's information in the posterior); for every annotator and both error rates the linear
-  trend over the ordered groups, Σ_g c_g θ_gj with c_g = g − (G − 1)/2, standardised by its bootstrap
-  standard deviation; T = the largest |standardised trend| (a channel that drifts with the score).
+- Score invariance: for every annotator and both error rates, the score statistic (Rao) of a linear trend
+  over the ordered groups, θ_gj = θ_j + β·g, at the shared fit: Σ_g (g − ḡ)(x_gj − n_gj θ̂_j) with n_gj, x_gj
+  the group's posterior-weighted class count and errors (`_trend_contrasts`), standardised by its bootstrap
+  standard deviation; T = the largest |standardised trend| (a channel that drifts with the score). Weighting
+  by n_gj keeps groups that hold almost no item of a class (well-separated scores) from dominating T.
 Null distribution: R tables simulated from the fitted model with each item's presence pattern kept, every model
 refitted on each (vectorised EM); p = (1 + #{T* ≥ T}) / (1 + R). Replicates whose shared or pair refits are not
 identified (gap ≤ 0.05 or not finite) are counted and left out. As §D.7 says, such moment checks are themselves
@@ -121,13 +122,6 @@ def _independence_stat(counts, pats, prior, fpr, fnr) -> np.ndarray:
     return excess
 
 
-def _trend(fpr_g: np.ndarray, fnr_g: np.ndarray) -> np.ndarray:
-    """(R, G, K) per-group channels → (R, 2K) linear trends Σ_g c_g θ_g over the ordered score groups."""
-    g = fpr_g.shape[1]
-    c = np.arange(g) - (g - 1) / 2
-    return np.concatenate([np.einsum("g,rgk->rk", c, fpr_g), np.einsum("g,rgk->rk", c, fnr_g)], axis=1)
-
-
 def _fit_shared(counts: np.ndarray, pats: np.ndarray) -> tuple[np.ndarray, ...]:
     """Shared-channel group EM on (R, G, P) tables, started from the soft vote."""
     r = counts.shape[0]
@@ -138,20 +132,38 @@ def _fit_shared(counts: np.ndarray, pats: np.ndarray) -> tuple[np.ndarray, ...]:
     return batched_em(counts, pats, pi0, np.full((r, k), 0.15), np.full((r, k), 0.15))
 
 
-def _group_channels(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray):
-    """Per-group channels from one M-step on the shared model's posteriors (a score-test style estimate):
-    a_gj = Σ_{p∈g} w_p(1−γ_p)[A_j=1] / Σ_{p∈g} w_p(1−γ_p)[j labelled], 1 − b_gj likewise with γ_p (§F.1.2).
-    (R, G, P) tables → fpr, fnr (R, G, K). Less noisy than a free Dawid–Skene fit per group."""
+def _trend_contrasts(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray):
+    """Studentised, information-weighted trends of the channels over the ordered score groups,
+    (R, G, P) tables → (R, 2K).
+
+    With the shared model's posteriors γ_p (§F.1.2), group g has n⁰_gj = Σ_{p∈g} w_p(1−γ_p)[j labelled]
+    expected negatives labelled by j, of which x⁰_gj = Σ_{p∈g} w_p(1−γ_p)[A_j = 1] answered 1 (x⁰/n⁰ is the
+    group's one-step FPR); likewise n¹, x¹ (answers 0) for the FNR. The trend of j's FPR is the contrast
+    Σ_g (c_g − c̄_j)(x⁰_gj − n⁰_gj â_j), c_g = g, with c̄_j and â_j = Σ_g x⁰_gj / Σ_g n⁰_gj the n⁰-weighted
+    means: the numerator of the weighted least-squares slope of the group FPRs on g (a score-type statistic).
+    A group with (almost) no item of a class adds (almost) nothing to that class's trends, where the ratio
+    x⁰/n⁰ of two tiny sums would dominate an unweighted trend. Each contrast is divided by its binomial s.d.
+    sqrt(â_j(1 − â_j) Σ_g n⁰_gj (c_g − c̄_j)²) computed from the same table, so that observed and simulated
+    statistics are the same function of their own data (a studentised parametric bootstrap, Hall 1992, "The
+    Bootstrap and Edgeworth Expansion", ch. 3: a scale fixed at the observed fit makes the level depend on how
+    far that fit is from the truth).
+    """
     obs1 = (pats == 1).astype(float)
     obs = (pats != 2).astype(float)
-    obs0 = obs - obs1
-    l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ obs0.T
-    l0 = np.log(fpr) @ obs1.T + np.log1p(-fpr) @ obs0.T
+    l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ (obs - obs1).T
+    l0 = np.log(fpr) @ obs1.T + np.log1p(-fpr) @ (obs - obs1).T
     gamma = expit((l1 - l0)[:, None, :] + (np.log(prior) - np.log1p(-prior))[:, :, None])
     w1 = counts * gamma
-    w0 = counts - w1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (w0 @ obs1) / (w0 @ obs), 1.0 - (w1 @ obs1) / (w1 @ obs)
+    c = np.arange(counts.shape[1], dtype=float)[None, :, None]
+    out = []
+    for w, hit in ((counts - w1, obs1), (w1, obs - obs1)):  # FPR: negatives answering 1; FNR: positives, 0
+        n_g, x_g = w @ obs, w @ hit  # (R, G, K)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = x_g.sum(axis=1, keepdims=True) / n_g.sum(axis=1, keepdims=True)
+            c_bar = (n_g * c).sum(axis=1, keepdims=True) / n_g.sum(axis=1, keepdims=True)
+            var = rate[:, 0] * (1 - rate[:, 0]) * (n_g * (c - c_bar) ** 2).sum(axis=1)
+            out.append(((c - c_bar) * (x_g - n_g * rate)).sum(axis=1) / np.sqrt(var))
+    return np.concatenate(out, axis=1)
 
 
 def assumption_checks(
@@ -183,7 +195,7 @@ def assumption_checks(
     np.add.at(counts, (groups[keep], pat_idx), 1.0)  # ≤ n additions into a G × P table
     prior, fpr, fnr, _ = _fit_shared(counts[None], pats)
     t_ind = _independence_stat(counts[None], pats, prior, fpr, fnr)[0]
-    gfpr, gfnr = _group_channels(counts[None], pats, prior, fpr, fnr)
+    trend = _trend_contrasts(counts[None], pats, prior, fpr, fnr)[0]
 
     # simulate R tables from the fitted shared model, keeping each group's presence patterns
     rng = np.random.default_rng(seed)
@@ -203,18 +215,16 @@ def assumption_checks(
     rep = rep.reshape(n_replicates, g, len(all_pat))
     rprior, rfpr, rfnr, _ = _fit_shared(rep, spats)
     t_ind_star = _independence_stat(rep, spats, rprior, rfpr, rfnr)
-    rgfpr, rgfnr = _group_channels(rep, spats, rprior, rfpr, rfnr)
-    # the per-group values are one-step weighted proportions, not fits: only the shared refit must be identified
-    ok = np.isfinite(rgfpr).all(axis=(1, 2)) & np.isfinite(rgfnr).all(axis=(1, 2))
-    ok &= ((1 - rfpr - rfnr).min(axis=1) > MIN_GAP) & np.isfinite(t_ind_star).all(axis=1)
+    trend_star = _trend_contrasts(rep, spats, rprior, rfpr, rfnr)
+    ok = ((1 - rfpr - rfnr).min(axis=1) > MIN_GAP) & np.isfinite(t_ind_star).all(axis=1)
+    ok &= np.isfinite(trend_star).all(axis=1)
     sd_ind = t_ind_star[ok].std(axis=0, ddof=1) if ok.sum() > 1 else np.full(t_ind_star.shape[1], np.nan)
     t_ind_star = ((t_ind_star / sd_ind) ** 2).sum(axis=1)
     t_ind = float(((t_ind / sd_ind) ** 2).sum())
-    trend_star = _trend(rgfpr, rgfnr)[ok]
-    sd = trend_star.std(axis=0, ddof=1) if ok.sum() > 1 else np.full(2 * k, np.nan)
-    t_inv = float(np.abs(_trend(gfpr, gfnr)[0] / sd).max())
-    t_inv_star = np.abs(trend_star / sd).max(axis=1)
-    group_ok = bool(np.isfinite(gfpr).all() and np.isfinite(gfnr).all())
+    sd = trend_star[ok].std(axis=0, ddof=1) if ok.sum() > 1 else np.full(2 * k, np.nan)
+    t_inv = float(np.abs(trend / sd).max())
+    t_inv_star = np.abs(trend_star[ok] / sd).max(axis=1)
+    group_ok = bool(np.isfinite(trend).all())
     return AssumptionChecks(
         independence_statistic=t_ind,
         independence_p_value=bootstrap_p_value(t_ind, t_ind_star[ok]) if np.isfinite(t_ind) else nan,
@@ -223,5 +233,5 @@ def assumption_checks(
         n_groups=g,
         n_replicates=int(n_replicates),
         n_unidentified=int((~ok).sum()),
-        note="" if group_ok else "a score group holds (almost) no item of one class: no per-group channel",
+        note="" if group_ok else "the shared fit puts (almost) no item in one class: no channel trend",
     )

@@ -75,8 +75,12 @@ def debiased_abs_sum(moments: Any, variances: Any) -> np.ndarray:
     Chosen over the debiased square root sqrt((m̂² − σ̂²)⁺), which is biased by about −σ²/(2|m|) when |m| is a few
     σ (where a miscalibrated predictor's bins sit). Bias left, with m̂_k ~ N(m_k, σ_k²): at m_k = 0 it is
     0.468·σ_k per bin (the plug-in's is 0.798·σ_k; no estimator of an absolute value is unbiased at 0, so the
-    bias is left near zero, i.e. for calibrated bins); at |m_k| = σ_k it is −0.065·σ_k (plug-in +0.167·σ_k)
+    bias is left near zero, i.e. for calibrated bins); at |m_k| = σ_k it is −0.066·σ_k (plug-in +0.167·σ_k)
     and it vanishes for |m_k| ≫ σ_k. The sum is clipped at 0.
+    Cost: where the plug-in's bias is small against its s.d. (most |m_k| ≥ 2σ_k), the correction's noise adds
+    more error than it removes, because it falls as |m̂_k| rises (slope 3 − 2Φ(|m̂_k|/σ̂_k) > 1) and so moves with
+    the plug-in's own error: about +3% mean absolute error against the plug-in for a miscalibrated predictor
+    with n = 3,000 (seed 000 setting), against −40% mean value for a calibrated one at n = 500.
     """
     m = np.asarray(moments, float)
     v = np.maximum(np.asarray(variances, float), 0.0)

@@ -173,6 +173,18 @@ def pattern_counts(
     return pats, grp, counts.astype(float)
 
 
+def labelled_pattern_counts(
+    a: np.ndarray, groups: np.ndarray | None = None, n_groups: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`pattern_counts` of a validated annotation array without the cells nobody labelled (they carry no
+    information about the channels); a clear error when no item is labelled."""
+    pats, grp, counts = pattern_counts(annotation_codes(a), groups, n_groups)
+    keep = (pats != MISSING).any(axis=1)
+    if not keep.any():
+        raise ValueError("annotations has no labelled item")
+    return pats[keep], grp[keep], counts[keep]
+
+
 def exchange_labels(prevalence: Any, fpr: np.ndarray, fnr: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
     """Global label exchange (π, a_j, b_j) → (1 − π, 1 − b_j, 1 − a_j); likelihood unchanged (§4.3)."""
     return 1.0 - np.asarray(prevalence), 1.0 - np.asarray(fnr), 1.0 - np.asarray(fpr)

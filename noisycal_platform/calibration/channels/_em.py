@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._base import NotIdentifiableError, exchange_labels
+from ._base import Channel, NotIdentifiableError, exchange_labels
 
-__all__ = ["EMRun", "fit_em_multistart"]
+__all__ = ["EMRun", "fit_em_multistart", "fit_summary"]
 
 EPS = 1e-10
 
@@ -168,3 +168,15 @@ def fit_em_multistart(
         "start_log_likelihoods": [float(r.log_likelihood) for r in runs],
     }
     return best, info
+
+
+def fit_summary(run: EMRun, n_items: int) -> tuple[tuple[Channel, ...], dict]:
+    """Channels of a run and the diagnostics every EM fit reports (log-likelihood, iterations, min gap, items)."""
+    channels = tuple(Channel(float(f), float(b)) for f, b in zip(run.fpr, run.fnr, strict=True))
+    diagnostics = {
+        "log_likelihood": run.log_likelihood,
+        "n_iter": run.n_iter,
+        "min_gap": float((1.0 - run.fpr - run.fnr).min()),
+        "n_items": n_items,
+    }
+    return channels, diagnostics

@@ -18,15 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ._base import (
-    Channel,
-    ChannelFit,
-    NotIdentifiableError,
-    annotation_codes,
-    as_annotation_array,
-    pattern_counts,
-)
-from ._em import fit_em_multistart
+from ._base import ChannelFit, NotIdentifiableError, as_annotation_array, labelled_pattern_counts
+from ._em import fit_em_multistart, fit_summary
 
 __all__ = ["dawid_skene", "pairwise_association"]
 
@@ -87,12 +80,7 @@ def dawid_skene(
         )
     if n_starts < 1:
         raise ValueError(f"n_starts must be >= 1, got {n_starts}")
-    pats, grp, counts = pattern_counts(annotation_codes(a))
-    keep = (pats != 2).any(axis=1)  # items nobody labelled carry no information
-    pats, grp, counts = pats[keep], grp[keep], counts[keep]
-    n_items = int(counts.sum())
-    if n_items == 0:
-        raise ValueError("annotations has no labelled item")
+    pats, grp, counts = labelled_pattern_counts(a)
     per_annot = ((pats != 2) * counts[:, None]).sum(axis=0)
     if np.any(per_annot == 0):
         j = int(np.flatnonzero(per_annot == 0)[0])
@@ -114,15 +102,6 @@ def dawid_skene(
     run, info = fit_em_multistart(
         pats, grp, counts, 1, n_starts, seed, min_gap, init=init_t, orient=orient, max_iter=max_iter, tol=tol
     )
-    channels = tuple(Channel(float(f), float(b)) for f, b in zip(run.fpr, run.fnr, strict=True))
-    gaps = 1.0 - run.fpr - run.fnr
-    diagnostics = {
-        "log_likelihood": run.log_likelihood,
-        "n_iter": run.n_iter,
-        "min_gap": float(gaps.min()),
-        "n_items": n_items,
-        "n_patterns": len(counts),
-        "pairwise_z": np.round(z, 3).tolist(),
-        **info,
-    }
+    channels, diagnostics = fit_summary(run, int(counts.sum()))
+    diagnostics.update(n_patterns=len(counts), pairwise_z=np.round(z, 3).tolist(), **info)
     return ChannelFit(channels, float(run.prior[0]), "dawid_skene", bool(run.converged), diagnostics)

@@ -12,15 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ._base import (
-    Channel,
-    ChannelFit,
-    NotIdentifiableError,
-    annotation_codes,
-    as_annotation_array,
-    pattern_counts,
-)
-from ._em import fit_em_multistart
+from ._base import ChannelFit, NotIdentifiableError, as_annotation_array, labelled_pattern_counts
+from ._em import fit_em_multistart, fit_summary
 from .two_group import two_group
 
 __all__ = ["score_group_em", "score_groups"]
@@ -115,11 +108,7 @@ def score_group_em(
             "with different class proportions (n_groups >= 2), add a third annotator, or supply known "
             "channels"
         )
-    pats, grp, counts = pattern_counts(annotation_codes(a), gi, n_groups)
-    keep = (pats != 2).any(axis=1)
-    pats, grp, counts = pats[keep], grp[keep], counts[keep]
-    if counts.sum() == 0:
-        raise ValueError("annotations has no labelled item")
+    pats, grp, counts = labelled_pattern_counts(a, gi, n_groups)
     present = np.bincount(grp, weights=counts, minlength=n_groups)
     if np.any(present == 0):
         raise ValueError(f"group {levels[int(np.flatnonzero(present == 0)[0])]!r} has no labelled item")
@@ -153,18 +142,13 @@ def score_group_em(
             "(seed 000 §D.2). Use score groups that separate the classes better, explicit groups, a third "
             "annotator, or known channels"
         )
-    channels = tuple(Channel(float(f), float(b)) for f, b in zip(run.fpr, run.fnr, strict=True))
-    gaps = 1.0 - run.fpr - run.fnr
-    diagnostics = {
-        "log_likelihood": run.log_likelihood,
-        "n_iter": run.n_iter,
-        "min_gap": float(gaps.min()),
-        "n_items": int(counts.sum()),
-        "group_prevalence": tuple(float(p) for p in run.prior),
-        "groups": tuple(levels.tolist()),
-        "group_sizes": tuple(int(v) for v in present),
-        "initialised_from_closed_form": init is not None,
+    channels, diagnostics = fit_summary(run, int(counts.sum()))
+    diagnostics.update(
+        group_prevalence=tuple(float(p) for p in run.prior),
+        groups=tuple(levels.tolist()),
+        group_sizes=tuple(int(v) for v in present),
+        initialised_from_closed_form=init is not None,
         **info,
-    }
+    )
     prevalence = float(present @ run.prior / present.sum())
     return ChannelFit(channels, prevalence, "score_group_em", bool(run.converged), diagnostics)

@@ -108,6 +108,25 @@ def test_debiased_abs_sum_bias_at_zero_is_the_closed_form():
     assert debiased_abs_sum(np.array([0.5, -0.4]), np.zeros(2)) == pytest.approx(0.9, rel=1e-9)
 
 
+def test_debiased_bias_and_cost_away_from_zero_by_quadrature():
+    """m̂ ~ N(σ, σ²): bias −0.066σ (plug-in +0.167σ); m̂ ~ N(2σ, σ²): a larger variance than the plug-in's (the
+    cost the docstring states), both by quadrature over the normal density."""
+    from scipy import integrate
+
+    def moments(mu, f):
+        pdf = stats.norm(mu, 1.0).pdf
+        m1 = integrate.quad(lambda x: f(x) * pdf(x), -12, 12, points=[0.0])[0]
+        m2 = integrate.quad(lambda x: f(x) ** 2 * pdf(x), -12, 12, points=[0.0])[0]
+        return m1 - abs(mu), m2 - m1**2
+
+    def kumar(x):
+        return 2 * abs(x) - float(folded_normal_mean(x, 1.0))
+
+    assert moments(1.0, kumar)[0] == pytest.approx(-0.066, abs=5e-4)
+    assert moments(1.0, abs)[0] == pytest.approx(0.167, abs=5e-4)
+    assert moments(2.0, kumar)[1] > 1.02 * moments(2.0, abs)[1]
+
+
 def test_basic_interval_and_p_value_definitions():
     reps = np.arange(1, 1001) / 1000.0  # quantiles 0.025 → 0.025975, 0.975 → 0.975025 (linear)
     lo, hi = basic_interval(0.5, reps, 0.95)
@@ -165,9 +184,11 @@ def test_guarantees_with_estimated_channels():
     assert m["debiased_calibrated"] <= 0.045
     assert m["coverage"] >= 0.92
     assert m["reject_mis"] >= 0.95
-    # Not met: "MAE of the debiased value below the plug-in's" (measured 0.00972 vs 0.00945 over 400 runs). Here the
-    # plug-in's bias (+0.0007) is 6% of its s.d., so removing it cannot pay for the variance that any per-bin
-    # correction strong enough for the calibrated bound above adds in bins with |m_k| ≈ 1–2 σ_k. Bound the loss.
+    # Not met: "MAE of the debiased value below the plug-in's" (0.00972 vs 0.00945 over these 400 runs; paired
+    # difference +0.00027, s.e. 0.00008). The plug-in's bias here is +0.0004 (s.e. 0.0006), 3% of its s.d. 0.0118:
+    # even subtracting the exact bias as a constant (an oracle) lowers the MAE by only 0.00004 (s.e. 0.00003). Every
+    # data-based correction falls as |m̂_k| rises, so its noise is anti-correlated with the plug-in's error (slope > 1
+    # in bins with |m_k| ≈ 1.5–3 σ_k; channel-refit error moves all bins together) and costs more than that. Bound it.
     assert m["mae_debiased"] < 1.05 * m["mae_plugin"]
 
 
