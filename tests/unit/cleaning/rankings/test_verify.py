@@ -80,12 +80,12 @@ def _rotated(img: np.ndarray, angle: float) -> np.ndarray:
     return rotate(img, angle, reshape=False, order=1, mode="reflect")
 
 
-@pytest.fixture(scope="module")
-def scene() -> LocalFeatures:
-    pytest.importorskip("kornia")
+@pytest.fixture(scope="module", params=["opencv", "kornia"])
+def scene(request) -> LocalFeatures:
+    pytest.importorskip({"opencv": "cv2", "kornia": "kornia"}[request.param])
     a, b = _texture(0), _texture(1)
     imgs = np.stack([a, np.rot90(a).copy(), _rotated(a, 30.0), b, np.rot90(b).copy()])
-    return extract_sift(imgs, num_features=128, num_threads=1)
+    return extract_sift(imgs, num_features=128, backend=request.param, num_threads=1)
 
 
 def test_identical_images_every_valid_keypoint_is_an_inlier(scene):
