@@ -215,7 +215,7 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
     near = {k: clock("rank near duplicates, exact top pairs (both kinds)",
                      lambda e=e: rank_near_duplicates(e[:n], top_k=top)) for k, e in kinds.items()}
     feats = clock("SIFT features (OpenCV, every image, from disk)",
-                  lambda: sift_from_files(files, num_features=args.num_features, num_threads=args.threads or None))
+                  lambda: sift_from_files(files, num_features=args.num_features, num_threads=args.sift_threads))
     v = clock(f"verification (k = {args.k} exact neighbours, order {args.combine})", lambda: verified_near_duplicates(
         learned[:n], feats, k=args.k, min_inliers=args.min_inliers, combine=args.combine))
     verified = {c: rank_verified(v.pairs, v.dist, v.inliers, min_inliers=args.min_inliers, combine=c)
@@ -260,7 +260,8 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=None, help="default: the encoder's real-data size")
     ap.add_argument("--views", default="none")
     ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2, help="torch / OpenCV / fastdup threads (0 = library default)")
+    ap.add_argument("--threads", type=int, default=2, help="torch and fastdup threads (0 = library default)")
+    ap.add_argument("--sift-threads", type=int, default=2, help="images described at once by OpenCV SIFT")
     ap.add_argument("--k", type=int, default=10, help="neighbours per image verified")
     ap.add_argument("--combine", default="inliers", help="verified-pair order (verify.COMBINE)")
     ap.add_argument("--min-inliers", type=int, default=8)

