@@ -82,6 +82,7 @@ def ssl_encoder(
         encoder=settings.encoder,
         checkpoint=settings.encoder_checkpoint,
         views=settings.encoder_views,
+        image_size=settings.encoder_image_size,
         progress=epoch_progress(context, "ssl_encoder"),
     )
     row = frame.row(0, named=True)

@@ -539,7 +539,7 @@ BASELINE_IMAGE_SIZE = 64
 NEAR_DUPLICATE_SCHEMA: dict[str, pl.DataType] = {**PAIR_RANKING_SCHEMA, "inliers": pl.Int64(), "verified": pl.Boolean()}
 
 
-def _frozen_encoder_row(encoder: str, checkpoint: str, views: str) -> dict[str, Any]:
+def _frozen_encoder_row(encoder: str, checkpoint: str, views: str, image_size: int = 0) -> dict[str, Any]:
     """Provenance of a pretrained encoder (nothing is trained): its weights file and that file's sha256.
 
     A checkpoint is loaded here (strict keys, ``weights_only=True``) so a wrong file fails this step."""
@@ -559,6 +559,8 @@ def _frozen_encoder_row(encoder: str, checkpoint: str, views: str) -> dict[str, 
         source = str(weights_path(encoder))
         sha = file_sha256(source)
     cfg = {"encoder": encoder, "arch": arch, "checkpoint": str(checkpoint) if checkpoint else None, "views": views}
+    if image_size:  # 0 = the architecture's real-data size (encoder.pretrained.real_data_size)
+        cfg["image_size"] = int(image_size)
     cfg_json = json.dumps(cfg, sort_keys=True)
     return {
         "config_hash": hashlib.sha256(cfg_json.encode()).hexdigest(),
@@ -581,6 +583,7 @@ def ssl_encoder_table(
     encoder: str = "dino",
     checkpoint: str = "",
     views: str = "none",
+    image_size: int = 0,
     progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
@@ -598,7 +601,7 @@ def ssl_encoder_table(
     dataset_hash = str(images["dataset_hash"][0])
     if encoder != "dino" or checkpoint:
         row = {"dataset_hash": dataset_hash, "n_images": images.height,
-               **_frozen_encoder_row(encoder, checkpoint, views)}
+               **_frozen_encoder_row(encoder, checkpoint, views, image_size)}
         return pl.DataFrame([row], schema=ENCODER_SCHEMA)
     found: EncoderArtifact = train_or_reuse_encoder(
         images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
@@ -673,7 +676,7 @@ def _frozen_embeddings_table(
 
     ordered = images.sort("idx")
     paths = ordered["path"].to_list()
-    size = real_data_size(cfg["arch"]) if cfg["arch"] in ARCHS else 224
+    size = cfg.get("image_size") or (real_data_size(cfg["arch"]) if cfg["arch"] in ARCHS else 224)
 
     def forward() -> np.ndarray:
         emb, meta = embed_for_cleaning(paths, encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
