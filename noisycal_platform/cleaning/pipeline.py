@@ -740,7 +740,7 @@ def near_duplicate_table(images: pl.DataFrame, embeddings: pl.DataFrame, top_k: 
 
 def near_duplicate_rankings(
     images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
-    min_inliers: int = 8, combine: str = "inliers",
+    min_inliers: int = 8, combine: str = "rank_sum",
 ) -> pl.DataFrame:
     """``NEAR_DUPLICATE_SCHEMA``: :func:`near_duplicate_table` (``inliers``, ``verified`` null), or with ``rerank``
     the learned embedding's exact k-NN candidates re-ranked by SIFT + geometric verification

@@ -350,7 +350,7 @@ COMBINE = ("inliers", "capped", "rank_sum")
 
 
 def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, min_inliers: int,
-                  combine: str = "inliers", cap: int = 32) -> VerifiedPairs:
+                  combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
     """Verified pairs (inliers ≥ ``min_inliers``) first, then the rest by d; ties by d, then (i, j).
 
     Order of the verified pairs (``combine``; none is fitted to data):
@@ -358,8 +358,10 @@ def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, m
     - ``"inliers"``: inlier count descending.
     - ``"capped"``: min(inliers, ``cap``) descending, then d: past ``cap`` inliers the geometry is taken as
       conclusive and the embedding decides.
-    - ``"rank_sum"``: Borda count of the two rankings, r_inl + r_d ascending, where r_inl is the rank by
-      inliers descending and r_d the rank by d ascending among the verified pairs (ties: mean rank).
+    - ``"rank_sum"`` (default): Borda count of the two rankings, r_inl + r_d ascending, where r_inl is the rank
+      by inliers descending and r_d the rank by d ascending among the verified pairs (ties: mean rank).
+      On all of HAM10000 (k = 10) it put 15 of 20 audited duplicates in the top 1,000 against 11 for
+      ``"inliers"``, with recall@1000 0.295 against 0.304 and the same recall@3207 (0.362).
     """
     from scipy.stats import rankdata
 
@@ -386,7 +388,7 @@ def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, m
 
 def verified_near_duplicates(emb: np.ndarray, features: LocalFeatures, *, k: int = 10, min_inliers: int = 8,
                              ratio: float = 0.8, inlier_tol: float = 0.03, max_scale: float = 4.0,
-                             batch_size: int = 64, combine: str = "inliers", cap: int = 32) -> VerifiedPairs:
+                             batch_size: int = 64, combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
     """Exact k-NN candidates from ``emb`` (row i = image i of ``features``), verified and re-ranked."""
     x = as_unit_embeddings(emb)
     if x.shape[0] != len(features):

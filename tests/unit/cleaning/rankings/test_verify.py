@@ -116,7 +116,7 @@ def test_rank_verified_order():
     pairs = np.array([[0, 1], [0, 2], [1, 2], [2, 3], [3, 4]])
     dist = np.array([0.01, 0.20, 0.05, 0.05, 0.30])
     inl = np.array([3, 40, 12, 12, 0])
-    r = rank_verified(pairs, dist, inl, min_inliers=10)
+    r = rank_verified(pairs, dist, inl, min_inliers=10, combine="inliers")
     # verified by inliers desc: (0,2)=40, then (1,2) and (2,3) tie at 12 and d -> (i, j); rest by d
     np.testing.assert_array_equal(r.pairs, [[0, 2], [1, 2], [2, 3], [0, 1], [3, 4]])
     np.testing.assert_array_equal(r.verified, [True, True, True, False, False])
