@@ -18,9 +18,10 @@ from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA
 from noisycal_platform.cleaning.expert_lay import DIFF_SCHEMA, TEST_SCHEMA
-from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES, stopping_count
+from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES, queue_depth, stopping_count
 from noisycal_platform.cleaning.sensitivity import SENSITIVITY_SCHEMA
 from noisycal_platform.confirm_app.queue import write_snapshot
+from noisycal_platform.ingest import read_confirmation_records
 from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.compute import ComputeResource
 from resources.inbox import InboxResource
@@ -88,6 +89,7 @@ def ssl_encoder(
         encoder=settings.encoder,
         checkpoint=settings.encoder_checkpoint,
         views=settings.encoder_views,
+        image_size=settings.encoder_image_size,
         progress=epoch_progress(context, "ssl_encoder"),
     )
     row = frame.row(0, named=True)
@@ -118,6 +120,7 @@ def embeddings(
     compute: ComputeResource,
 ):
     encoder = ssl_encoder.row(0, named=True)
+    compute.apply_threads()  # torch intra-op threads of the frozen encoder's forward pass (0 = torch default)
     frame, hit = cp.embeddings_table(
         images,
         encoder,
@@ -154,11 +157,15 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
     "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
     "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
 )
-def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> dg.Output:
-    frame = cp.near_duplicate_rankings(images, embeddings, settings.near_duplicate_top_k,
-                                       rerank=settings.near_duplicate_rerank, k=settings.near_duplicate_k)
-    return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k,
-                                      "reranked": settings.near_duplicate_rerank})
+def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame, embeddings: pl.DataFrame,
+                         inbox: InboxResource, settings: SettingsResource) -> dg.Output:
+    # the queue extends as annotators go: two stopping runs beyond the deepest near-duplicate answered so far
+    answers = cp.answers_from_records(read_confirmation_records(inbox.layout)[0].drop("line").to_dicts())
+    depth = queue_depth(answers, context.partition_key, "near_duplicate", initial=settings.near_duplicate_top_k,
+                        n_stop=_n_stop(settings))
+    frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
+                                       k=settings.near_duplicate_k)
+    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": settings.near_duplicate_rerank})
 
 
 @CLEANING.asset(

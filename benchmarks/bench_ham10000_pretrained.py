@@ -50,21 +50,25 @@ import time
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from bench_ham10000 import full_ranking_ap  # noqa: E402
+from bench_ham10000 import (  # noqa: E402
+    DATA,
+    KS,
+    full_ranking_ap,
+    load_truth,
+    log,
+    metrics,
+    offdomain_images,
+    planted_labels,
+)
+from bench_ham10000 import codes as _codes  # noqa: E402
 
 from noisycal_platform.cleaning.baseline import baseline_embedding  # noqa: E402
 from noisycal_platform.cleaning.images import load_images  # noqa: E402
-
-_CANDIDATES = [REPO.parent / "shared" / "data" / "ham10000_200x150",
-               REPO.parent.parent / "shared" / "data" / "ham10000_200x150"]  # main checkout, or a worktree
-DATA = Path(os.environ.get("HAM10000_DIR", next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])))
-KS = (1000, 3207)
 
 #: reference rows measured earlier on the same data with other tools (quoted, not re-run here)
 QUOTED = [
@@ -74,10 +78,6 @@ QUOTED = [
 ]
 
 
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def cpu_name() -> str:
     try:
         out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
@@ -85,24 +85,6 @@ def cpu_name() -> str:
                     platform.processor())
     except OSError:
         return platform.processor()
-
-
-def load_truth(limit: int | None) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Image ids in lesion order (lesion_id, image_id), so a prefix holds whole lesions; pairs as (i < j)."""
-    meta = pl.read_csv(DATA / "metadata.csv").sort(["lesion_id", "image_id"])
-    if limit:
-        meta = meta.head(limit)
-    ids = meta["image_id"].to_list()
-    index = {iid: i for i, iid in enumerate(ids)}
-
-    def pairs(path: Path) -> np.ndarray:
-        df = pl.read_csv(path)
-        out = [(min(index[a], index[b]), max(index[a], index[b]))
-               for a, b in df.select("image_id_a", "image_id_b").iter_rows() if a in index and b in index]
-        return np.array(out, dtype=np.int64).reshape(-1, 2)
-
-    labels = meta["label"].to_numpy().astype(np.int64)
-    return ids, pairs(DATA / "pairs_same_lesion.csv"), pairs(DATA / "pairs_extra_abhishek2024.csv"), labels
 
 
 def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
@@ -117,24 +99,6 @@ def _done(path: Path) -> int:
         return 0
     with np.load(path) as z:
         return int(z["done"])
-
-
-def _codes(p: np.ndarray, n: int) -> np.ndarray:
-    return p[:, 0] * n + p[:, 1]
-
-
-def metrics(ranked: np.ndarray, n: int, pos: np.ndarray, audited: np.ndarray) -> dict:
-    """recall@K, AP@K (K = 1000, 3207) over ``pos`` and audited pairs in the top 1000 of ``ranked``."""
-    hits = np.isin(_codes(ranked, n), _codes(pos, n))
-    prec = np.cumsum(hits) / np.arange(1, len(hits) + 1)
-    res: dict = {"n_ranked": len(ranked)}
-    for k in KS:
-        kk = min(k, len(hits))
-        res[f"recall@{k}"] = float(hits[:kk].sum() / max(len(pos), 1))
-        res[f"ap@{k}"] = float((prec[:kk] * hits[:kk]).sum() / max(len(pos), 1))
-    res["audited_in_top1000"] = int(np.isin(_codes(audited, n), _codes(ranked[:1000], n)).sum())
-    res["n_audited"] = len(audited)
-    return res
 
 
 def stage_embed(args: argparse.Namespace, files: list[str]) -> None:
@@ -264,31 +228,6 @@ def stage_eval(args: argparse.Namespace, files: list[str], pos: np.ndarray, audi
         log(f"| {q[0]} | {q[1]} | {q[2]} | {q[3]} | {q[4]} | |")
 
 
-def offdomain_images(size: int, n: int = 30, seed: int = 0) -> np.ndarray:
-    """``n`` off-domain uint8 n×3×size×size images: random crops of scikit-learn's china/flower photos and
-    digits upscaled to grey RGB (two thirds photos, one third digits)."""
-    from PIL import Image
-    from sklearn.datasets import load_digits, load_sample_images
-
-    rng = np.random.default_rng(seed)
-    photos = load_sample_images().images
-    digits = load_digits().images
-    out = np.empty((n, 3, size, size), np.uint8)
-    n_photo = (2 * n) // 3
-    for a in range(n):
-        if a < n_photo:
-            ph = photos[a % len(photos)]
-            h, w = ph.shape[:2]
-            c = int(rng.integers(min(h, w) // 3, min(h, w)))
-            y, x = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
-            im = Image.fromarray(np.ascontiguousarray(ph[y:y + c, x:x + c]))
-        else:
-            dg = digits[int(rng.integers(0, len(digits)))]
-            im = Image.fromarray((dg * (255.0 / 16.0)).astype(np.uint8)).convert("RGB")
-        out[a] = np.asarray(im.resize((size, size), Image.Resampling.BICUBIC), np.uint8).transpose(2, 0, 1)
-    return out
-
-
 def stage_planted(args: argparse.Namespace, files: list[str], labels: np.ndarray) -> None:
     from sklearn.metrics import roc_auc_score
 
@@ -296,13 +235,7 @@ def stage_planted(args: argparse.Namespace, files: list[str], labels: np.ndarray
     from noisycal_platform.cleaning.rankings import rank_irrelevant, rank_label_errors
 
     n = len(files)
-    rng = np.random.default_rng(args.seed)
-    flip = rng.choice(n, size=max(1, round(0.02 * n)), replace=False)
-    noisy = labels.copy()
-    n_cls = int(labels.max()) + 1
-    noisy[flip] = (labels[flip] + rng.integers(1, n_cls, size=len(flip))) % n_cls  # always another class
-    is_flip = np.zeros(n, bool)
-    is_flip[flip] = True
+    noisy, is_flip = planted_labels(labels, args.seed)
     t = time.perf_counter()
     base = baseline_embedding(np.concatenate([load_images(files, 64).numpy(), offdomain_images(64, seed=args.seed)]))
     t_base = time.perf_counter() - t
@@ -327,10 +260,10 @@ def stage_planted(args: argparse.Namespace, files: list[str], labels: np.ndarray
              "label_error_seconds": t_le, "irrelevant_seconds": t_ir}
         rows.append(r)
         log(json.dumps(r))
-    info = {"n_images": n, "n_flipped": len(flip), "n_offdomain": 30, "seed": args.seed,
+    info = {"n_images": n, "n_flipped": int(is_flip.sum()), "n_offdomain": 30, "seed": args.seed,
             "baseline_embed_seconds": t_base, "rows": rows}
     (args.out / "planted.json").write_text(json.dumps(info, indent=1))
-    log(f"planted: {len(flip)} labels flipped (2%), 30 off-domain images")
+    log(f"planted: {int(is_flip.sum())} labels flipped (2%), 30 off-domain images")
     log("| embedding | label-error AUROC | flipped in top 200 | irrelevant AUROC | off-domain in top 30 |")
     for r in rows:
         log(f"| {r['name']} | {r['label_error_auroc']:.3f} | {r['flipped_in_top200']} | {r['irrelevant_auroc']:.3f} | "

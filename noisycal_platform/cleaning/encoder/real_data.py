@@ -18,14 +18,16 @@ def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", chec
                        = None, checkpoint_arch: str = "vit_tiny", checkpoint_layout: str = "auto",
                        image_size: int | None = None, views: str = "none", device: str = "auto",
                        batch_size: int = 32, num_threads: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-    """L2-normalised float32 N×D embedding of uint8 N×3×H×W ``images`` and its provenance dict.
+    """L2-normalised float32 N×D embedding of uint8 N×3×H×W ``images`` (or a list of image files, streamed in
+    batches for the EfficientNet-Lite encoders) and its provenance dict.
 
     ``checkpoint`` set: :func:`.checkpoint.load_checkpoint` (``checkpoint_arch``, ``checkpoint_layout``;
     ``image_size`` default 224) — a ViT-tiny gives the CLS token, an EfficientNet-Lite the pooled map.
-    Otherwise ``encoder`` names a wheel architecture (:data:`.pretrained.ARCHS`) at its native size.
-    ``views="d4"`` (EfficientNet-Lite only) averages the eight flips/quarter-turns.
+    Otherwise ``encoder`` names a wheel architecture (:data:`.pretrained.ARCHS`) at
+    :func:`.pretrained.real_data_size` unless ``image_size`` is given. ``views`` (EfficientNet-Lite only): the
+    symmetry group averaged over (:data:`.pretrained.VIEWS`).
     """
-    from .pretrained import embed_frozen, load_pretrained
+    from .pretrained import _is_paths, embed_frozen, load_pretrained, real_data_size
 
     if checkpoint is not None:
         from ._dino import embed
@@ -33,10 +35,14 @@ def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", chec
 
         size = 224 if image_size is None else int(image_size)
         if views != "none" and checkpoint_arch == "vit_tiny":
-            raise ValueError("views: 'd4' is implemented for the EfficientNet-Lite encoders only")
+            raise ValueError(f"views: {views!r} is implemented for the EfficientNet-Lite encoders only")
         lc = load_checkpoint(checkpoint, arch=checkpoint_arch, layout=checkpoint_layout, image_size=size,
                              device=device)
         if checkpoint_arch == "vit_tiny":
+            if _is_paths(images):
+                from ..images import load_images
+
+                images = load_images(images, size)
             emb = embed(lc.encoder, images, batch_size=batch_size)
         else:
             lc.encoder.views = views
@@ -44,7 +50,8 @@ def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", chec
         meta = {"arch": lc.arch, "weights_sha256": lc.sha256, "source": lc.path, "layout": lc.layout}
         kind = "checkpoint"
     else:
-        enc = load_pretrained(encoder, image_size=image_size, device=device, views=views)
+        size = real_data_size(encoder) if image_size is None else int(image_size)
+        enc = load_pretrained(encoder, image_size=size, device=device, views=views)
         emb = embed_frozen(enc, images, batch_size=batch_size, num_threads=num_threads)
         meta = {"arch": enc.arch, "weights_sha256": enc.weights_sha256, "source": enc.source, "layout": "wheel"}
         size = enc.image_size

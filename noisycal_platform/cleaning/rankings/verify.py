@@ -4,8 +4,10 @@ Stage 1 (exact candidates): each image's exact k nearest neighbours under the ra
 d = (1 − cos)/2 (``_kernels``); the union of these lists, as unordered pairs, is the candidate set
 (at most N·k pairs). Every pair of the global top-k by d is in it (each endpoint lists the other).
 
-Stage 2 (verification): SIFT keypoints and descriptors per image (Lowe 2004; kornia's
-``SIFTFeature``), nearest-neighbour descriptor matches kept by Lowe's ratio test (§7.1, distance to the
+Stage 2 (verification): SIFT keypoints and RootSIFT descriptors per image (Lowe 2004; Arandjelović &
+Zisserman 2012 for RootSIFT, √ of the L1-normalised descriptor), from OpenCV's ``SIFT`` (default; C++,
+parallel over images, decodes the files itself: :func:`sift_from_files`) or kornia's ``SIFTFeature``, each
+image described once; then nearest-neighbour descriptor matches kept by Lowe's ratio test (§7.1, distance to the
 nearest < ``ratio`` × distance to the second nearest), then the largest set of matches consistent with
 one similarity transform. Hypotheses come from single correspondences: a SIFT frame fixes position,
 scale and orientation, so one match (frame A₁ at p₁ in image 1, frame A₂ at p₂ in image 2) gives
@@ -15,11 +17,13 @@ is deterministic and needs no seed; a match n is an inlier of hypothesis m when
 ‖M_m p₁ₙ + t_m − p₂ₙ‖ ≤ ``inlier_tol`` × the diagonal of image 2. The pair's score is the best hypothesis's
 inlier count; hypotheses whose scale change exceeds ``max_scale`` are skipped.
 
-Ranking: pairs with at least ``min_inliers`` inliers first, by inlier count descending; then the
-others; ties by d ascending, then (i, j). ``near_duplicate_rerank: false`` keeps the plain embedding
+Ranking: pairs with at least ``min_inliers`` inliers first, ordered by their inlier count or by a fixed
+(not fitted) combination of inliers and d (:func:`rank_verified`); then the others by d; ties by d
+ascending, then (i, j). ``near_duplicate_rerank: false`` keeps the plain embedding
 ranking (``rank_near_duplicates``), which this module does not change.
 
-Memory: O(N·D) for the embeddings, O(N·F·128) for the features (F keypoints per image), one
+Memory: O(N·D) for the embeddings, O(N·F·128) bytes for the features (F keypoints per image; uint8
+descriptors from OpenCV), one
 ``batch_size``×F×F block during verification (hypotheses × matches only over the M ≤ F ratio-test
 matches), O(N·k) for the candidates.
 """
@@ -27,6 +31,9 @@ matches), O(N·k) for the candidates.
 from __future__ import annotations
 
 import numbers
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +47,7 @@ __all__ = [
     "exact_knn",
     "extract_sift",
     "rank_verified",
+    "sift_from_files",
     "verified_near_duplicates",
     "verify_pairs",
 ]
@@ -118,18 +126,102 @@ class LocalFeatures:
         return int(self.frames.shape[0])
 
 
-def extract_sift(gray: object, *, num_features: int = 256, descriptor_backend: str = "pyramid",
+SIFT_BACKENDS = ("opencv", "kornia")
+
+
+def _opencv_sift(num_features: int) -> object:
+    import cv2
+
+    # no contrast threshold: the F strongest extrema by response are kept (dermoscopy is low-contrast)
+    return cv2.SIFT_create(nfeatures=num_features, contrastThreshold=0.0)
+
+
+def _opencv_describe(sift: object, im: np.ndarray, num_features: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Frames F×2×3 ([s·R(θ) | p], θ = OpenCV's keypoint angle in image axes, s = size / 2) and quantised
+    RootSIFT descriptors F×128 uint8, round(255·√(d / ‖d‖₁)), of one grey image; and the keypoint count."""
+    kps, dsc = sift.detectAndCompute(im, None)  # type: ignore[attr-defined]
+    frames = np.zeros((num_features, 2, 3), np.float32)
+    desc = np.zeros((num_features, 128), np.uint8)
+    m = min(len(kps), num_features)
+    if m == 0 or dsc is None:
+        return frames, desc, 0
+    kp = np.array([(k.pt[0], k.pt[1], k.size, k.angle) for k in kps[:m]], np.float64)
+    s, th = kp[:, 2] / 2.0, np.deg2rad(kp[:, 3])
+    c, n = s * np.cos(th), s * np.sin(th)
+    frames[:m] = np.stack([np.stack([c, -n, kp[:, 0]], 1), np.stack([n, c, kp[:, 1]], 1)], 1)
+    d = dsc[:m].astype(np.float64)
+    desc[:m] = np.rint(255.0 * np.sqrt(d / np.maximum(d.sum(1, keepdims=True), 1e-12)))
+    return frames, desc, m
+
+
+def _opencv_features(imgs: Sequence[np.ndarray] | Sequence[str], num_features: int, num_threads: int | None,
+                     load: object = None) -> LocalFeatures:
+    """OpenCV SIFT over images (or files read by ``load``), ``num_threads`` images at a time (cv2 frees the GIL)."""
+    import cv2
+
+    n = len(imgs)
+    frames = np.zeros((n, num_features, 2, 3), np.float32)
+    desc = np.zeros((n, num_features, 128), np.uint8)
+    valid = np.zeros((n, num_features), bool)
+    diag = np.zeros(n, np.float64)
+    workers = max(1, num_threads or os.cpu_count() or 1)
+    old = cv2.getNumThreads()
+    cv2.setNumThreads(1)
+
+    def worker(w: int) -> None:  # images w, w + workers, ... with this worker's own cv2.SIFT object
+        sift = _opencv_sift(num_features)
+        for a in range(w, n, workers):
+            im = load(imgs[a]) if load is not None else imgs[a]  # type: ignore[operator]
+            frames[a], desc[a], m = _opencv_describe(sift, im, num_features)
+            valid[a, :m] = True
+            diag[a] = np.hypot(*im.shape)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(worker, range(workers)))
+    finally:
+        cv2.setNumThreads(old)
+    return LocalFeatures(frames, desc, valid, diag)
+
+
+def sift_from_files(paths: Sequence[str | os.PathLike[str]], *, max_side: int | None = None, num_features: int = 256,
+                    num_threads: int | None = None) -> LocalFeatures:
+    """OpenCV SIFT features of image files, each decoded once to grey (Pillow's "L": ITU-R 601-2 luma) at
+    its own size, or shrunk (aspect kept, Lanczos) so that its longer side is at most ``max_side``."""
+    from PIL import Image
+
+    paths = [str(p) for p in paths]
+    if not paths:
+        raise ValueError("paths: no images")
+    num_features = _check_pos_int(num_features, "num_features")
+
+    def load(path: str) -> np.ndarray:
+        try:
+            with Image.open(path) as im:
+                g = im.convert("L")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: cannot decode image ({exc})") from exc
+        if max_side is not None and max(g.size) > max_side:
+            g.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+        arr = np.asarray(g, np.uint8)
+        if min(arr.shape) < 16:
+            raise ValueError(f"{path}: image is {arr.shape[1]}×{arr.shape[0]} px, need at least 16×16")
+        return arr
+
+    return _opencv_features(paths, num_features, num_threads, load)
+
+
+def extract_sift(gray: object, *, num_features: int = 256, backend: str = "opencv", descriptor_backend: str = "pyramid",
                  num_threads: int | None = None) -> LocalFeatures:
-    """SIFT frames and RootSIFT descriptors (kornia ``SIFTFeature``) of grey uint8 images.
+    """SIFT frames and RootSIFT descriptors of grey uint8 images (``backend`` "opencv" or "kornia").
 
     ``gray``: a uint8 N×H×W array, or a sequence of uint8 H×W arrays of any sizes (downscale large
-    photographs first: the cost grows with the pixel count). kornia's scale-space detector takes one
-    image per call, so this loops over the images. ``descriptor_backend``: kornia's "pyramid"
-    (descriptors from the detector's scale pyramid; ~1.5x faster here) or "patch" (resampled patches).
+    photographs first: the cost grows with the pixel count). OpenCV runs ``num_threads`` images at once;
+    kornia's scale-space detector takes one image per call. ``descriptor_backend`` (kornia only): "pyramid"
+    (descriptors from the detector's scale pyramid; ~1.5x faster) or "patch" (resampled patches).
     """
-    import kornia.feature as KF
-    import torch
-
+    if backend not in SIFT_BACKENDS:
+        raise ValueError(f"backend: expected one of {SIFT_BACKENDS}, got {backend!r}")
     if isinstance(gray, np.ndarray):
         g = gray[:, 0] if gray.ndim == 4 and gray.shape[1] == 1 else gray
         if g.ndim != 3:
@@ -146,6 +238,11 @@ def extract_sift(gray: object, *, num_features: int = 256, descriptor_backend: s
     num_features = _check_pos_int(num_features, "num_features")
     if descriptor_backend not in ("pyramid", "patch"):
         raise ValueError(f"descriptor_backend: expected 'pyramid' or 'patch', got {descriptor_backend!r}")
+    if backend == "opencv":
+        return _opencv_features(imgs, num_features, num_threads)
+    import kornia.feature as KF
+    import torch
+
     n = len(imgs)
     frames = np.zeros((n, num_features, 2, 3), np.float32)
     desc = np.zeros((n, num_features, 128), np.float32)
@@ -189,7 +286,7 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
         raise ValueError(f"pairs: indices must be in [0, {n}), got range [{pairs.min()}, {pairs.max()}]")
     frames = torch.from_numpy(np.ascontiguousarray(features.frames, dtype=np.float32))
-    desc = torch.from_numpy(np.ascontiguousarray(features.descriptors, dtype=np.float32))
+    desc = torch.from_numpy(np.ascontiguousarray(features.descriptors))  # float per batch (uint8 from OpenCV)
     valid = torch.from_numpy(np.ascontiguousarray(features.valid))
     tol2_img = torch.from_numpy((inlier_tol * np.asarray(features.diagonal, np.float64)) ** 2).float()
     lo_s, hi_s = 1.0 / max_scale ** 2, max_scale ** 2  # bounds on |det M| = scale²
@@ -200,7 +297,7 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
             pi = torch.from_numpy(pairs[a:a + batch_size, 0])
             pj = torch.from_numpy(pairs[a:a + batch_size, 1])
             v1, v2 = valid[pi], valid[pj]
-            dm = torch.cdist(desc[pi], desc[pj])  # B×F×F descriptor distances
+            dm = torch.cdist(desc[pi].float(), desc[pj].float())  # B×F×F descriptor distances
             dm.masked_fill_(~v2[:, None, :], float("inf"))
             if dm.shape[-1] >= 2:
                 two = dm.topk(2, dim=-1, largest=False)
@@ -249,8 +346,25 @@ class VerifiedPairs:
         return self.inliers >= self.min_inliers
 
 
-def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, min_inliers: int) -> VerifiedPairs:
-    """Order: verified pairs (inliers ≥ ``min_inliers``) by inliers descending, then the rest; ties by d, i, j."""
+COMBINE = ("inliers", "capped", "rank_sum")
+
+
+def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, min_inliers: int,
+                  combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
+    """Verified pairs (inliers ≥ ``min_inliers``) first, then the rest by d; ties by d, then (i, j).
+
+    Order of the verified pairs (``combine``; none is fitted to data):
+
+    - ``"inliers"``: inlier count descending.
+    - ``"capped"``: min(inliers, ``cap``) descending, then d: past ``cap`` inliers the geometry is taken as
+      conclusive and the embedding decides.
+    - ``"rank_sum"`` (default): Borda count of the two rankings, r_inl + r_d ascending, where r_inl is the rank
+      by inliers descending and r_d the rank by d ascending among the verified pairs (ties: mean rank).
+      On all of HAM10000 (k = 10) it put 15 of 20 audited duplicates in the top 1,000 against 11 for
+      ``"inliers"``, with recall@1000 0.295 against 0.304 and the same recall@3207 (0.362).
+    """
+    from scipy.stats import rankdata
+
     pairs = np.asarray(pairs, np.int64).reshape(-1, 2)
     dist = np.asarray(dist, np.float64)
     inliers = np.asarray(inliers, np.int64)
@@ -258,14 +372,23 @@ def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, m
         raise ValueError(f"pairs, dist, inliers differ in length: {pairs.shape[0]}, {dist.shape[0]}, "
                          f"{inliers.shape[0]}")
     min_inliers = _check_pos_int(min_inliers, "min_inliers")
-    eff = np.where(inliers >= min_inliers, inliers, 0)
-    order = np.lexsort((pairs[:, 1], pairs[:, 0], dist, -eff))
+    if combine not in COMBINE:
+        raise ValueError(f"combine: expected one of {COMBINE}, got {combine!r}")
+    ok = inliers >= min_inliers
+    if combine == "rank_sum":
+        key = np.zeros(len(dist))
+        key[ok] = rankdata(-inliers[ok]) + rankdata(dist[ok])
+        key[~ok] = np.inf
+        order = np.lexsort((pairs[:, 1], pairs[:, 0], dist, key))
+    else:
+        eff = np.where(ok, inliers if combine == "inliers" else np.minimum(inliers, _check_pos_int(cap, "cap")), 0)
+        order = np.lexsort((pairs[:, 1], pairs[:, 0], dist, -eff))
     return VerifiedPairs(pairs[order], dist[order], inliers[order], min_inliers)
 
 
 def verified_near_duplicates(emb: np.ndarray, features: LocalFeatures, *, k: int = 10, min_inliers: int = 8,
                              ratio: float = 0.8, inlier_tol: float = 0.03, max_scale: float = 4.0,
-                             batch_size: int = 64) -> VerifiedPairs:
+                             batch_size: int = 64, combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
     """Exact k-NN candidates from ``emb`` (row i = image i of ``features``), verified and re-ranked."""
     x = as_unit_embeddings(emb)
     if x.shape[0] != len(features):
@@ -275,4 +398,4 @@ def verified_near_duplicates(emb: np.ndarray, features: LocalFeatures, *, k: int
     d = exact_dists(x, cand[:, 0], cand[:, 1])
     inl = verify_pairs(features, cand, ratio=ratio, inlier_tol=inlier_tol, max_scale=max_scale,
                        batch_size=batch_size)
-    return rank_verified(cand, d, inl, min_inliers=min_inliers)
+    return rank_verified(cand, d, inl, min_inliers=min_inliers, combine=combine, cap=cap)

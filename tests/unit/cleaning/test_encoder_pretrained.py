@@ -138,3 +138,42 @@ def test_finetune_moves_the_teacher_and_round_trips(tmp_path):
     back = load_encoder(path, device="cpu")
     assert back.dim == 1280
     np.testing.assert_allclose(embed(back, x), embed(enc, x), rtol=1e-6, atol=1e-7)
+
+
+def test_group_views_average_makes_the_embedding_invariant_to_its_group_only():
+    x = _textured(4, 64)
+    turns = np.concatenate([np.rot90(x, k, axes=(2, 3)) for k in range(4)]).copy()
+    c4 = embed_frozen(load_pretrained("efficientnet-lite0", image_size=64, device="cpu", views="c4"), turns)
+    np.testing.assert_allclose(c4, np.repeat(c4[:1], 4, axis=0), atol=2e-6)  # same four images, summed
+    c2 = embed_frozen(load_pretrained("efficientnet-lite0", image_size=64, device="cpu", views="c2"), turns)
+    np.testing.assert_allclose(c2[2], c2[0], atol=2e-6)  # the half-turn is in C2
+    assert np.abs(c2[1] - c2[0]).max() > 1e-3  # a quarter-turn is not
+
+
+def test_streaming_from_files_equals_the_in_memory_embedding_and_reads_one_batch_at_a_time(tmp_path, monkeypatch):
+    """Files decoded batch by batch give the embedding of the decoded array; no decode call sees more than a
+    batch, so memory is O(batch) whatever N is."""
+    from PIL import Image
+
+    from noisycal_platform.cleaning import images as images_mod
+
+    paths = []
+    for a in range(7):
+        p = tmp_path / f"im{a}.png"
+        Image.fromarray(_textured(10 + a, 48)[0].transpose(1, 2, 0)).save(p)
+        paths.append(str(p))
+    enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
+    whole = embed_frozen(enc, images_mod.load_images(paths, 64), batch_size=3)
+    calls: list[int] = []
+    real = images_mod.load_images
+
+    def counting(chunk, size):
+        calls.append(len(chunk))
+        return real(chunk, size)
+
+    monkeypatch.setattr(images_mod, "load_images", counting)
+    streamed = embed_frozen(enc, paths, batch_size=3)
+    assert calls == [3, 3, 1]
+    np.testing.assert_allclose(streamed, whole, rtol=1e-5, atol=1e-6)  # same pixels, same batches
+    np.testing.assert_allclose(embed_frozen(enc, paths, batch_size=3, channels_last=False), whole, rtol=1e-4,
+                               atol=1e-5)  # the memory layout changes only the summation order

@@ -11,6 +11,7 @@ from noisycal_platform.cleaning.rankings.verify import (
     exact_knn,
     extract_sift,
     rank_verified,
+    sift_from_files,
     verified_near_duplicates,
     verify_pairs,
 )
@@ -80,12 +81,12 @@ def _rotated(img: np.ndarray, angle: float) -> np.ndarray:
     return rotate(img, angle, reshape=False, order=1, mode="reflect")
 
 
-@pytest.fixture(scope="module")
-def scene() -> LocalFeatures:
-    pytest.importorskip("kornia")
+@pytest.fixture(scope="module", params=["opencv", "kornia"])
+def scene(request) -> LocalFeatures:
+    pytest.importorskip({"opencv": "cv2", "kornia": "kornia"}[request.param])
     a, b = _texture(0), _texture(1)
     imgs = np.stack([a, np.rot90(a).copy(), _rotated(a, 30.0), b, np.rot90(b).copy()])
-    return extract_sift(imgs, num_features=128, num_threads=1)
+    return extract_sift(imgs, num_features=128, backend=request.param, num_threads=1)
 
 
 def test_identical_images_every_valid_keypoint_is_an_inlier(scene):
@@ -115,12 +116,29 @@ def test_rank_verified_order():
     pairs = np.array([[0, 1], [0, 2], [1, 2], [2, 3], [3, 4]])
     dist = np.array([0.01, 0.20, 0.05, 0.05, 0.30])
     inl = np.array([3, 40, 12, 12, 0])
-    r = rank_verified(pairs, dist, inl, min_inliers=10)
+    r = rank_verified(pairs, dist, inl, min_inliers=10, combine="inliers")
     # verified by inliers desc: (0,2)=40, then (1,2) and (2,3) tie at 12 and d -> (i, j); rest by d
     np.testing.assert_array_equal(r.pairs, [[0, 2], [1, 2], [2, 3], [0, 1], [3, 4]])
     np.testing.assert_array_equal(r.verified, [True, True, True, False, False])
     with pytest.raises(ValueError, match="differ in length"):
         rank_verified(pairs, dist[:3], inl, min_inliers=1)
+
+
+def test_rank_verified_combinations_of_inliers_and_distance():
+    pairs = np.array([[0, 1], [0, 2], [1, 2], [1, 3], [2, 3], [3, 4]])
+    dist = np.array([0.01, 0.08, 0.05, 0.06, 0.05, 0.30])
+    inl = np.array([3, 40, 12, 25, 11, 0])
+    tail = [[0, 1], [3, 4]]  # unverified (< 10 inliers): by d in every order
+    by = {c: rank_verified(pairs, dist, inl, min_inliers=10, combine=c, cap=20).pairs.tolist()
+          for c in ("inliers", "capped", "rank_sum")}
+    assert by["inliers"] == [[0, 2], [1, 3], [1, 2], [2, 3], *tail]
+    # capped at 20: (0, 2) and (1, 3) tie at 20 and d decides
+    assert by["capped"] == [[1, 3], [0, 2], [1, 2], [2, 3], *tail]
+    # Borda: inlier ranks 1, 2, 3, 4 for (0,2), (1,3), (1,2), (2,3); d ranks 4, 3, 1.5, 1.5 (tie: mean rank)
+    # sums 5, 5, 4.5, 5.5; the tie at 5 by d
+    assert by["rank_sum"] == [[1, 2], [1, 3], [0, 2], [2, 3], *tail]
+    with pytest.raises(ValueError, match="combine"):
+        rank_verified(pairs, dist, inl, min_inliers=10, combine="product")
 
 
 def test_verified_search_puts_true_copies_first(scene):
@@ -150,3 +168,24 @@ def test_images_of_different_sizes_and_their_own_tolerance():
     assert inl[0] >= 15 and inl[1] <= 6, inl
     with pytest.raises(ValueError, match=r"gray\[1\]"):
         extract_sift([a, a.astype(np.float32)])
+
+
+def test_sift_from_files_decodes_each_file_once_shrinks_large_ones_and_names_a_bad_file(tmp_path):
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    a = _texture(8, 160)
+    Image.fromarray(a).save(tmp_path / "a.png")
+    Image.fromarray(np.rot90(a).copy()).save(tmp_path / "a_rot.png")
+    Image.fromarray(np.kron(_texture(9, 100), np.ones((2, 4), np.uint8))).save(tmp_path / "wide.png")  # 400×200
+    files = [tmp_path / "a.png", tmp_path / "a_rot.png", tmp_path / "wide.png"]
+    feats = sift_from_files(files, max_side=200, num_features=96, num_threads=2)
+    np.testing.assert_allclose(feats.diagonal, [np.hypot(160, 160), np.hypot(160, 160), np.hypot(200, 100)])
+    assert feats.descriptors.dtype == np.uint8 and feats.valid.sum(1).min() > 0
+    inl = verify_pairs(feats, np.array([[0, 1], [0, 2]]))
+    assert inl[0] >= 15 and inl[1] <= 6, inl
+    one = sift_from_files(files, max_side=200, num_features=96, num_threads=1)  # threads do not change it
+    np.testing.assert_array_equal(one.descriptors, feats.descriptors)
+    (tmp_path / "bad.png").write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"bad\.png"):
+        sift_from_files([tmp_path / "a.png", tmp_path / "bad.png"])
