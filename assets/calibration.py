@@ -54,27 +54,38 @@ def channel_estimates(
         )
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
-    return dg.Output(
-        table,
-        metadata={
-            "method": str(table["method"][0]),
-            "converged": bool(table["converged"].all()),
-            "min_gap": float(table["min_gap"][0]),
-            "prevalence": float(table["prevalence"][0]),
-            "channels": dg.MetadataValue.md(_md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])),
-            "independence_p_value": float(table["independence_p_value"][0]),
-            "invariance_p_value": float(table["invariance_p_value"][0]),
-        },
-    )
+    except cal.UnknownLabelError as exc:  # an input error: retrying cannot fix it
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    return dg.Output(table, metadata=_float_metadata(table.row(0, named=True), _CHANNEL_METADATA) | {
+        "method": str(table["method"][0]),
+        "converged": bool(table["converged"].all()),
+        "n_classes": int(table["n_classes"][0]),
+        "channels": dg.MetadataValue.md(_md_table(
+            table, ["annotator_id", "fpr", "fnr", "gap", "weight"] if table["n_classes"][0] == 2
+            else ["annotator_id", "true_class", "answered_class", "probability", "gap", "weight"]
+        )),
+    })
 
 
-_NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap ran)
+_NC_METADATA = {  # metadata key → nc_ece row column (NaN when null: no bootstrap ran, or no test for the kind)
+    "nc_ece": "value",
     "nc_ece_debiased": "value_debiased",
     "ci_low": "ci_low",
     "ci_high": "ci_high",
     "p_value": "p_value",
     "null_q95": "null_q95",
 }
+_CHANNEL_METADATA = {  # metadata key → channel table column of its first row
+    "min_gap": "min_gap",
+    "prevalence": "prevalence",
+    "independence_p_value": "independence_p_value",
+    "invariance_p_value": "invariance_p_value",
+}
+
+
+def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
+    """``{key: float(row[column])}``, NaN where the value is null."""
+    return {k: float("nan") if row[c] is None else float(row[c]) for k, c in columns.items()}
 
 
 @CALIBRATION.asset(
@@ -96,19 +107,17 @@ def nc_ece_report(
         n_bins=settings.n_bins,
         n_bootstrap=settings.n_bootstrap,
         seed=settings.seed,
+        min_items_per_subgroup=settings.min_items_per_subgroup,
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
-    return dg.Output(
-        table,
-        metadata={
-            "nc_ece": float(nc["value"]),
-            **{k: float("nan") if nc[c] is None else float(nc[c]) for k, c in _NC_METADATA.items()},
-            "n_items": int(nc["n_items"]),
-            "estimators": dg.MetadataValue.md(
-                _md_table(table, ["estimator", "annotator_id", "value", "ci_low", "ci_high"])
-            ),
-        },
-    )
+    return dg.Output(table, metadata=_float_metadata(nc, _NC_METADATA) | {
+        "kind": str(nc["kind"]),
+        "n_items": int(nc["n_items"]),
+        "subgroups_flagged": int(table["flagged"].fill_null(False).sum()),
+        "estimators": dg.MetadataValue.md(
+            _md_table(table, ["estimator", "kind", "annotator_id", "subgroup_value", "value", "ci_low", "ci_high"])
+        ),
+    })
 
 
 @CALIBRATION.asset(

@@ -108,8 +108,9 @@ def _contract_check(asset: dg.AssetKey, name: str, contract: contracts.TableCont
 annotations_contract = _contract_check(
     ANNOTATIONS,
     ANNOTATIONS_CONTRACT,
-    contracts.ANNOTATIONS,
-    "The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
+    contracts.STORED_ANNOTATIONS,
+    "The annotations contract (ids, label_text present, label in {0,1} where set, unique pairs); GE expectations, "
+    "run in polars.",
 )
 # the stored predictions hold every version: an item is unique within its model version
 predictions_contract = _contract_check(

@@ -22,9 +22,26 @@ from typing import Any
 
 import polars as pl
 
+from ..contracts import BINARY_CLASSES
+from .class_tables import (
+    ClassMatrix,
+    ConfusionTable,
+    UnknownLabelError,
+    class_channel_rows,
+    class_matrix,
+    class_nc_ece_rows,
+    class_recalibration_report_table,
+    class_recalibrators_table,
+    confusion_from_table,
+    is_multiclass,
+    scored_annotations,
+)
 from .diagnostics import assumption_checks
 from .recalibration_tables import recalibration_report_table, recalibrator_exports, recalibrators_table
+from .subgroups import binary_subgroup_rows, class_subgroup_rows
 from .tables import (
+    CHANNEL_TABLE_SCHEMA,
+    NC_ECE_REPORT_SCHEMA,
     AnnotationMatrix,
     annotation_matrix,
     channel_estimates_table,
@@ -34,6 +51,7 @@ from .tables import (
 
 __all__ = [
     "ASSUMPTION_COLUMNS",
+    "UnknownLabelError",
     "annotation_matrix",
     "channel_estimates",
     "channels_from_table",
@@ -53,7 +71,24 @@ ASSUMPTION_COLUMNS = {
 
 
 def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> AnnotationMatrix:
+    """The binary version's annotation matrix. An annotation of a scored item whose label is not 0/1 (a class
+    name, stored with a null ``label``) raises `UnknownLabelError` with its file, row and column; such labels
+    on other items (a multi-class version's) are left out."""
+    if "label_text" in annotations.columns:
+        scored_annotations(annotations, predictions, list(BINARY_CLASSES))
+        annotations = annotations.filter(pl.col("label").is_not_null())
     return annotation_matrix(annotations, predictions.select("item_id", "score"))
+
+
+def _class_inputs(
+    annotations: pl.DataFrame, predictions: pl.DataFrame, channel_estimates: pl.DataFrame
+) -> tuple[ClassMatrix, ConfusionTable]:
+    cm = class_matrix(annotations, predictions)
+    return cm, confusion_from_table(channel_estimates, cm.classes)
+
+
+def _with_assumptions(table: pl.DataFrame, values: dict[str, Any]) -> pl.DataFrame:
+    return table.with_columns(pl.lit(values[c], dtype=t).alias(c) for c, t in ASSUMPTION_COLUMNS.items())
 
 
 def channel_estimates(
@@ -68,18 +103,27 @@ def channel_estimates(
 ) -> pl.DataFrame:
     """Channels (a_j, b_j, δ_j), aggregation weights and fit diagnostics, one row per annotator
     (`tables.channel_estimates_table`, seed 000 §4), plus the two assumption checks of §D.7
-    (`diagnostics.assumption_checks`: statistic and bootstrap p-value, repeated on every row)."""
+    (`diagnostics.assumption_checks`: statistic and bootstrap p-value, repeated on every row).
+
+    A multi-class version (``n_classes`` > 2 or p_<class> predictions): confusion matrices by multi-class
+    Dawid–Skene in the long format of `class_tables` (``method`` is not used: Dawid–Skene is the one estimator);
+    the two assumption checks are defined for binary channels and are left null with a note."""
+    if is_multiclass(predictions):
+        rows, _ = class_channel_rows(class_matrix(annotations, predictions), weights=weights, n_bins=n_bins,
+                                     seed=seed)
+        note = "the independence and score-invariance checks are defined for binary channels; not run for C classes"
+        return _with_assumptions(pl.DataFrame(rows, schema=CHANNEL_TABLE_SCHEMA),
+                                 {c: None for c in ASSUMPTION_COLUMNS} | {"assumption_note": note})
     matrix = _matrix(annotations, predictions)
     table = channel_estimates_table(matrix, method=method, weights=weights, n_bins=n_bins, seed=seed)
     checks = assumption_checks(matrix.values, matrix.scores, n_replicates=n_check_replicates, seed=seed)
-    values = {
+    return _with_assumptions(table, {
         "independence_statistic": checks.independence_statistic,
         "independence_p_value": checks.independence_p_value,
         "invariance_statistic": checks.invariance_statistic,
         "invariance_p_value": checks.invariance_p_value,
         "assumption_note": checks.note,
-    }
-    return table.with_columns(pl.lit(values[c], dtype=t).alias(c) for c, t in ASSUMPTION_COLUMNS.items())
+    })
 
 
 def nc_ece_report(
@@ -90,12 +134,28 @@ def nc_ece_report(
     n_bins: int = 15,
     n_bootstrap: int = 500,
     seed: int = 0,
+    min_items_per_subgroup: int = 200,
 ) -> pl.DataFrame:
     """NC-ECE (plug-in and debiased), its interval, the calibration test and the naive ECEs
-    (`tables.nc_ece_report_table` → `inference.calibration_test`, seed 000 §3, §C)."""
-    return nc_ece_report_table(
-        _matrix(annotations, predictions), channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed
-    )
+    (`tables.nc_ece_report_table` → `inference.calibration_test`, seed 000 §3, §C); for a multi-class version
+    top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
+    of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups)."""
+    if is_multiclass(predictions):
+        cm, ct = _class_inputs(annotations, predictions, channel_estimates)
+        rule = str(channel_estimates["weight_rule"][0])
+        rows = class_nc_ece_rows(cm, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed, weight_rule=rule)
+        rows += class_subgroup_rows(cm, predictions, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
+                                    min_items=min_items_per_subgroup)
+        return pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)
+    matrix = _matrix(annotations, predictions)
+    table = nc_ece_report_table(matrix, channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
+    chans, w = channels_from_table(channel_estimates).for_matrix(matrix)
+    rows = binary_subgroup_rows(matrix, predictions, chans, w, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
+                                min_items=min_items_per_subgroup)
+    if not rows:
+        return table
+    extra = pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)
+    return pl.concat([table, extra])
 
 
 def recalibrators(
@@ -108,7 +168,10 @@ def recalibrators(
     seed: int = 0,
 ) -> pl.DataFrame:
     """Corrected and naive recalibrators fitted on the fit part of the split, channels fitted there too
-    (`recalibration_tables.recalibrators_table`, seed 000 §5, §E.2, §E.5)."""
+    (`recalibration_tables.recalibrators_table`, seed 000 §5, §E.2, §E.5); multi-class: temperature scaling
+    and the classwise projected histogram (`class_tables.class_recalibrators_table`)."""
+    if is_multiclass(predictions):
+        return class_recalibrators_table(*_class_inputs(annotations, predictions, channel_estimates), n_bins, seed)
     return recalibrators_table(
         _matrix(annotations, predictions), channel_estimates, n_bins=n_bins, method=method, seed=seed
     )
@@ -124,7 +187,10 @@ def recalibration_report(
     n_bins: int = 15,
 ) -> pl.DataFrame:
     """Every recalibrator scored on the held-out items with channels not fitted on them
-    (`recalibration_tables.recalibration_report_table`, seed 000 §E.4)."""
+    (`recalibration_tables.recalibration_report_table`, seed 000 §E.4; multi-class:
+    `class_tables.class_recalibration_report_table`)."""
+    if is_multiclass(predictions):
+        return class_recalibration_report_table(class_matrix(annotations, predictions), recalibrators, n_bins)
     refs: Any = references if references is not None and references.height else None
     return recalibration_report_table(
         _matrix(annotations, predictions), recalibrators, channel_estimates, references=refs, n_bins=n_bins

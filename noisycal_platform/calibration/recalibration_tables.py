@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from .channels import NotIdentifiableError, estimate_channels
+from .multiclass.recalibration import MulticlassRecalibrator
 from .nc_ece import binned_ece, corrected_labels
 from .recalibration import (
     RECALIBRATION_METHODS,
@@ -179,11 +180,16 @@ def recalibrators_table(
     return pl.DataFrame([{c: r.get(c) for c in RECALIBRATORS_SCHEMA} for r in rows], schema=RECALIBRATORS_SCHEMA)
 
 
-def recalibrators_from_table(df: pl.DataFrame) -> dict[str, Recalibrator]:
-    """name → `Recalibrator` for the rows with status "ok"."""
+def _recalibrator_from_dict(d: dict[str, Any]) -> Recalibrator | MulticlassRecalibrator:
+    cls = MulticlassRecalibrator if d.get("format") == MulticlassRecalibrator.FORMAT else Recalibrator
+    return cls.from_dict(d)
+
+
+def recalibrators_from_table(df: pl.DataFrame) -> dict[str, Recalibrator | MulticlassRecalibrator]:
+    """name → `Recalibrator` (or `MulticlassRecalibrator`, by its format) for the rows with status "ok"."""
     _require(df, "recalibrators", ("name", "status", "params_json"))
     return {
-        name: Recalibrator.from_dict(json.loads(p))
+        name: _recalibrator_from_dict(json.loads(p))
         for name, status, p in zip(df["name"], df["status"], df["params_json"], strict=True)
         if status == "ok"
     }
