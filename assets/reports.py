@@ -19,7 +19,6 @@ from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VER
 from assets.raw import REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
-from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from noisycal_platform.report_html import fmt_time
@@ -189,28 +188,19 @@ def calibration(
                 return frame
             return frame.filter(pl.col(MODEL_VERSION_COLUMN) == v).drop(MODEL_VERSION_COLUMN)
 
-        matrix = cal.annotation_matrix(annotations, part(predictions).select("item_id", "score"))
-        text = render_calibration_report(
-            matrix,
-            part(channel_estimates),
-            part(nc_ece_report),
-            part(recalibrators),
-            part(recalibration_report),
-            reference_labels if reference_labels.height else None,
+        text, summary = cal.calibration_report(
+            annotations,
+            part(predictions),
+            reference_labels,
+            *(part(f) for f in (channel_estimates, nc_ece_report, recalibrators, recalibration_report)),
             model_version=version,
             n_bins=settings.n_bins,
             nc_ece_limit=settings.nc_ece_limit,
+            min_items_per_subgroup=settings.min_items_per_subgroup,
         )
         written = _write(layout.reports / "calibration" / f"{version}.html", text)
         rows.append({"report": "calibration", "scope": version, "created": created, **written})
-        summaries.append(
-            calibration_summary_markdown(
-                part(channel_estimates),
-                part(nc_ece_report),
-                part(recalibration_report),
-                model_version=version,
-            )
-        )
+        summaries.append(summary)
     verdicts = ri.calibration_verdicts(
         nc_ece_report.filter(pl.col(MODEL_VERSION_COLUMN).is_in(versions)) if versions else nc_ece_report.head(0),
         settings.nc_ece_limit,

@@ -53,6 +53,7 @@ __all__ = [
     "ASSUMPTION_COLUMNS",
     "UnknownLabelError",
     "annotation_matrix",
+    "calibration_report",
     "channel_estimates",
     "channels_from_table",
     "nc_ece_report",
@@ -195,3 +196,36 @@ def recalibration_report(
     return recalibration_report_table(
         _matrix(annotations, predictions), recalibrators, channel_estimates, references=refs, n_bins=n_bins
     )
+
+
+def calibration_report(
+    annotations: pl.DataFrame,
+    predictions: pl.DataFrame,
+    references: pl.DataFrame | None,
+    channel_estimates: pl.DataFrame,
+    nc_ece_report: pl.DataFrame,
+    recalibrators: pl.DataFrame,
+    recalibration_report: pl.DataFrame,
+    *,
+    model_version: str = "",
+    n_bins: int = 15,
+    nc_ece_limit: float | None = None,
+    min_items_per_subgroup: int | None = None,
+) -> tuple[str, str]:
+    """One version's calibration report: (HTML, markdown summary) — `report.render_calibration_report` for a
+    binary version, `report.render_multiclass_report` for a multi-class one; both end with the subgroups."""
+    from .report import calibration_summary_markdown, render_calibration_report, render_multiclass_report
+
+    summary = calibration_summary_markdown(channel_estimates, nc_ece_report, recalibration_report, model_version)
+    if is_multiclass(predictions):
+        cm, ct = _class_inputs(annotations, predictions, channel_estimates)
+        text = render_multiclass_report(cm, ct, channel_estimates, nc_ece_report, predictions, recalibration_report,
+                                        model_version, n_bins, nc_ece_limit, min_items_per_subgroup)
+        return text, summary
+    refs = references if references is not None and references.height else None
+    text = render_calibration_report(
+        _matrix(annotations, predictions), channel_estimates, nc_ece_report, recalibrators, recalibration_report,
+        refs, model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit, predictions=predictions,
+        min_items=min_items_per_subgroup,
+    )
+    return text, summary

@@ -23,12 +23,12 @@ __all__ = [
     "AnnotationMatrix",
     "ChannelTable",
     "annotation_matrix",
+    "calibration_test_columns",
     "channel_estimates_table",
     "channels_from_table",
     "nc_ece_bins_table",
     "nc_ece_calibration_test",
     "nc_ece_report_table",
-    "calibration_test_columns",
 ]
 
 

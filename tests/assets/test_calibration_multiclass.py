@@ -34,7 +34,7 @@ def built(tmp_path_factory):
     instance.add_dynamic_partitions("model_versions", [V])
     result = materialize(home, ["raw/annotations"], instance=instance)
     assert result.success
-    result = materialize(home, CALIBRATION_CHAIN, V, instance=instance)
+    result = materialize(home, [*CALIBRATION_CHAIN, "reports/calibration"], V, instance=instance)
     return home, instance, result
 
 
@@ -88,6 +88,14 @@ def test_recalibrators_are_exported_as_multiclass_json(built):
                      "temperature_naive.json"]
     rep = sql(home, "select name, nc_ece from calibration.recalibration_report")
     assert rep.height == 5 and rep["nc_ece"].null_count() == 0
+
+
+def test_report_shows_both_kinds_the_confusion_matrices_and_one_diagram_per_site(built):
+    home, _, _ = built
+    text = (home / "reports" / "calibration" / f"{V}.html").read_text()
+    assert "Top-label NC-ECE against the clinic" in text and "Classwise NC-ECE against the clinic" in text
+    assert "reader_1 (gap" in text and "Subgroups (items.csv)" in text
+    assert "reliability diagram site = north" in text and "reliability diagram site = south" in text
 
 
 def _second_version(home, name: str, predictions: str, items: str | None = None):
