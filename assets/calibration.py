@@ -25,6 +25,15 @@ RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 SCORED_INS = {"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)}
 
 
+#: pipeline keyword → SettingsResource field, where the two names differ
+_SETTING_FIELD = {"method": "channel_method", "weights": "weight_rule"}
+
+
+def _settings(settings: SettingsResource, *keywords: str) -> dict:
+    """The clinic's settings as the pipeline functions' keyword arguments (``_SETTING_FIELD`` maps names)."""
+    return {k: getattr(settings, _SETTING_FIELD.get(k, k)) for k in keywords}
+
+
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.select(columns).iter_rows():
@@ -45,12 +54,7 @@ def channel_estimates(
 ) -> dg.Output[pl.DataFrame]:
     try:
         table = cal.channel_estimates(
-            annotations,
-            predictions,
-            method=settings.channel_method,
-            weights=settings.weight_rule,
-            n_bins=settings.n_bins,
-            seed=settings.seed,
+            annotations, predictions, **_settings(settings, "method", "weights", "n_bins", "seed")
         )
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
@@ -104,10 +108,7 @@ def nc_ece_report(
         annotations,
         predictions,
         channel_estimates,
-        n_bins=settings.n_bins,
-        n_bootstrap=settings.n_bootstrap,
-        seed=settings.seed,
-        min_items_per_subgroup=settings.min_items_per_subgroup,
+        **_settings(settings, "n_bins", "n_bootstrap", "seed", "min_items_per_subgroup"),
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.Output(table, metadata=_float_metadata(nc, _NC_METADATA) | {
@@ -135,12 +136,7 @@ def recalibrators(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     table = cal.recalibrators(
-        annotations,
-        predictions,
-        channel_estimates,
-        n_bins=settings.n_bins,
-        method=settings.channel_method,
-        seed=settings.seed,
+        annotations, predictions, channel_estimates, **_settings(settings, "n_bins", "method", "seed")
     )
     folder = inbox.layout.recalibrator_exports / context.partition_key
     for name, params in cal.recalibrator_exports(table).items():

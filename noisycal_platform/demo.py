@@ -1,7 +1,9 @@
 """Bundled demo inputs, built from data shipped inside installed packages (no download), seeded bit for bit.
 
 - Calibration: scikit-learn's breast-cancer table, a predictor trained on one part and scored on the other,
-  three simulated annotators with class-conditional noise (seed 000 §6), a later model version and batch.
+  three simulated annotators with class-conditional noise (seed 000 §6), a later model version and batch; and a
+  ten-class version on scikit-learn's digits with asymmetric confusion matrices and two sites in items.csv, one
+  of them miscalibrated on purpose.
 - Cleaning: scikit-learn's digits, upscaled, with injected and recorded irrelevant images, near duplicates and
   flipped labels (``datasets/digits_demo/truth.json``); a model's scores for the cleaning-impact analysis;
   simulated expert and lay raters answering the exported confirmation queue in the confirmation tool's format.
@@ -75,13 +77,14 @@ def _grey8(root: Path, files: list[str]) -> np.ndarray:
 
 def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     """Every first-arrival demo input into ``home`` (calibration, cleaning, correctness)."""
-    from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs
+    from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs, write_demo_multiclass_version
     from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
     from noisycal_platform.correctness.demo_data import write_demo_correctness_inputs
 
     layout = HomeLayout.at(home).ensure()
     written: dict[str, object] = {}
     written["calibration"] = write_demo_calibration_inputs(layout.home, seed=seed)
+    written["calibration_multiclass"] = write_demo_multiclass_version(layout.home, seed=seed)
     written["cleaning_truth"] = write_demo_cleaning_dataset(layout.home, name=DEMO_DATASET, seed=seed)
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)

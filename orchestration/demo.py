@@ -77,11 +77,20 @@ def _missing_materializations(home: Path) -> list[str]:
 def _headlines(layout: HomeLayout) -> list[str]:
     lines = []
     with duckdb.connect(str(layout.warehouse), read_only=True) as con:
-        for version, value, lo, hi in con.execute(
-            "SELECT model_version, value, ci_low, ci_high FROM calibration.nc_ece_report "
-            "WHERE estimator = 'nc_ece' ORDER BY model_version"
+        for version, kind, value, lo, hi in con.execute(
+            "SELECT model_version, kind, value, ci_low, ci_high FROM calibration.nc_ece_report "
+            "WHERE estimator = 'nc_ece' ORDER BY model_version, kind DESC"
         ).fetchall():
-            lines.append(f"NC-ECE {version}: {value:.4f} (95% CI {lo:.4f}–{hi:.4f})")
+            ci = f"95% CI {lo:.4f}–{hi:.4f}" if lo is not None else "no interval"
+            lines.append(f"NC-ECE {version}{'' if kind == 'binary' else ' ' + kind}: {value:.4f} ({ci})")
+        for version, kind, col, val, value, p_holm, flagged in con.execute(
+            "SELECT model_version, kind, subgroup_column, subgroup_value, value, p_value_holm, flagged "
+            "FROM calibration.nc_ece_report WHERE estimator = 'nc_ece_subgroup' AND status = 'ok' "
+            "ORDER BY model_version, subgroup_column, subgroup_value, kind DESC"
+        ).fetchall():
+            verdict = "FLAGGED" if flagged else "not flagged"
+            p_text = f"Holm p {p_holm:.3g}" if p_holm is not None else "no test"
+            lines.append(f"subgroup {version} {col}={val} {kind}: NC-ECE {value:.4f}, {p_text}, {verdict}")
         for version, value in con.execute(
             "SELECT model_version, value FROM calibration.nc_ece_report WHERE estimator = 'naive_majority_vote' "
             "ORDER BY model_version"

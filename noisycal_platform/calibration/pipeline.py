@@ -1,9 +1,14 @@
 """One function per calibration asset: frames in, a frame out (no dagster import).
 
 Input frames (validated upstream by ``noisycal_platform.io``):
-- annotations (long): item_id str, annotator_id str, label int (0/1), [timestamp], [source_file]
-- predictions: item_id str, score float64 in [0, 1], [model_version]
+- annotations (long): item_id str, annotator_id str, label int (0/1, null for a class name), [label_text str],
+  [timestamp], [source_file], [source_row]
+- predictions: item_id str, score float64 in [0, 1], [model_version]; a multi-class version also has
+  n_classes, classes (list of names) and probabilities (list, one per class), and subgroups (items.csv pairs)
 - references (optional): item_id str, label int (0/1)
+
+A version is multi-class when its predictions carry ``classes`` (`class_tables.is_multiclass`); every function
+then takes the `class_tables` path with the same output columns. Subgroup rows come from `subgroups`.
 
 Asset → function: ``calibration/channel_estimates`` → `channel_estimates`; ``calibration/nc_ece_report`` →
 `nc_ece_report`; ``calibration/recalibrators`` → `recalibrators` (+ `recalibrator_exports` for the JSON files);

@@ -19,13 +19,7 @@ import polars as pl
 from .channels import NotIdentifiableError, estimate_channels
 from .multiclass.recalibration import MulticlassRecalibrator
 from .nc_ece import binned_ece, corrected_labels
-from .recalibration import (
-    RECALIBRATION_METHODS,
-    Recalibrator,
-    UnboundedObjectiveError,
-    fit_recalibrator,
-    naive_targets,
-)
+from .recalibration import RECALIBRATION_METHODS, Recalibrator, UnboundedObjectiveError, fit_recalibrator, naive_targets
 from .tables import AnnotationMatrix, _as_channel_table, _require
 from .weights import WEIGHT_RULES, resolve_weights
 
