@@ -84,3 +84,27 @@ def test_subgroup_flag_rates_with_many_replicates():
     bad, good = _rates(n_rep, n_boot=400)
     assert bad >= 0.9
     assert good <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / n_rep)
+
+
+def test_pipeline_stores_subgroup_rows_and_the_report_flags_the_bad_site():
+    from noisycal_platform.calibration import pipeline as cal
+
+    ann, preds = _replicate(7, n_per_group=500, shift=0.2)
+    channels = cal.channel_estimates(ann, preds, n_check_replicates=20)
+    report = cal.nc_ece_report(ann, preds, channels, n_bootstrap=100, min_items_per_subgroup=200)
+    sub = report.filter(pl.col("estimator") == SUBGROUP_ESTIMATOR).sort("subgroup_value")
+    assert sub["subgroup_value"].to_list() == ["bad", "good"] and sub["status"].to_list() == ["ok", "ok"]
+    assert sub["flagged"].to_list() == [True, False]
+    # overall rows first and unchanged by the subgroups: the same as without items.csv
+    plain = cal.nc_ece_report(ann, preds.drop("subgroups"), channels, n_bootstrap=100)
+    assert report.head(plain.height).equals(plain)
+    html, summary = cal.calibration_report(ann, preds, None, channels, report, None, None,
+                                           model_version="v", min_items_per_subgroup=200)
+    assert "Flagged subgroups:</b> site = bad (binary)" in html and "site = bad — FLAGGED (miscalibrated)" in html
+    assert "FLAGGED subgroup: site = bad" in summary
+    small = cal.nc_ece_report(ann, preds, channels, n_bootstrap=0, min_items_per_subgroup=600)
+    rows = small.filter(pl.col("estimator") == SUBGROUP_ESTIMATOR)
+    assert rows["status"].to_list() == ["too_small", "too_small"] and rows["value"].null_count() == 2
+    html, _ = cal.calibration_report(ann, preds, None, channels, small, None, None,
+                                     min_items_per_subgroup=600)
+    assert "Too small (not computed):</b> site = bad (500 items), site = good (500 items)" in html
