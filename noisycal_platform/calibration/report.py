@@ -408,7 +408,8 @@ def subgroup_section(
         bad = flagged.filter((pl.col("subgroup_column") == col) & (pl.col("subgroup_value") == val)).height > 0
         title = f"{col} = {val}" + (" — FLAGGED (miscalibrated)" if bad else "") + f" ({n_bins} bins)"
         fig = _reliability_figure([(title, [("noise-corrected label (NC)", x, y, "o-")])])
-        parts.append(f"<img alt='reliability diagram {html.escape(col)} = {html.escape(val)}' src='{fig}'>")
+        parts += [f"<h3>{html.escape(title)}</h3>",
+                  f"<img alt='reliability diagram {html.escape(col)} = {html.escape(val)}' src='{fig}'>"]
     return parts
 
 
