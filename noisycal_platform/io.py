@@ -20,7 +20,6 @@ from pathlib import Path
 import polars as pl
 
 from noisycal_platform.contracts import (
-    ANNOTATIONS,
     BINARY_CLASSES,
     CLASS_PREFIX,
     ITEMS,
@@ -518,14 +517,15 @@ def validate_records(table: RawTable, contract: TableContract) -> tuple[pl.DataF
     return good, [first[r] for r in sorted(first)]
 
 
-def read_annotations(path: str | Path) -> pl.DataFrame:
+def read_annotations(path: str | Path, classes: tuple[str, ...] | None = None) -> pl.DataFrame:
     """Annotation batch -> ``item_id`` (str), ``annotator_id`` (str), ``label`` (Int8 0/1), ``timestamp``
-    (UTC datetime, null when absent). Contract: :data:`noisycal_platform.contracts.ANNOTATIONS`."""
+    (UTC datetime, null when absent). Contract: :data:`noisycal_platform.contracts.ANNOTATIONS`; with declared
+    ``classes`` (`contracts.annotation_contract`) also ``label_text``, and ``label`` is null for a class name."""
     path = Path(path)
-    frame = _validate(path, read_table(path), ANNOTATIONS)
+    frame = _validate(path, read_table(path), annotation_contract(classes))
     if "timestamp" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("timestamp"))
-    return frame.select("item_id", "annotator_id", "label", "timestamp")
+    return frame.select("item_id", "annotator_id", "label", *([LABEL_TEXT] if classes else []), "timestamp")
 
 
 def read_annotation_records(

@@ -120,3 +120,13 @@ def test_ingest_quarantines_an_unknown_class_label_and_keeps_the_good_rows(tmp_p
 
 def test_class_columns_of_a_header():
     assert class_columns(["item_id", "p_a", "p_", "score", "p_b c"]) == ("a", "b c")
+
+
+def test_read_annotations_with_declared_classes_keeps_the_text(tmp_path):
+    from noisycal_platform.io import read_annotations
+
+    p = _write(tmp_path, "a.csv", "item_id,annotator_id,label\ni1,r1,mel\ni1,r2,0\n")
+    frame = read_annotations(p, ("mel", "nv"))
+    assert frame["label_text"].to_list() == ["mel", "0"] and frame["label"].to_list() == [None, 0]
+    err = _error(read_annotations, p)  # no class set: the binary contract
+    assert (err.row, err.column) == (1, "label") and "0 or 1" in str(err)

@@ -108,3 +108,61 @@ def test_pipeline_stores_subgroup_rows_and_the_report_flags_the_bad_site():
     html, _ = cal.calibration_report(ann, preds, None, channels, small, None, None,
                                      min_items_per_subgroup=600)
     assert "Too small (not computed):</b> site = bad (500 items), site = good (500 items)" in html
+
+
+def _class_replicate(seed: int, n_per_group: int = 500, temper: float = 2.0, n_classes: int = 4):
+    """Four classes; Y ~ Categorical(p) for every item (p calibrated); the 'bad' site reports
+    softmax(log p / temper) instead (under-confident). Three readers with asymmetric confusion matrices."""
+    from scipy.special import softmax
+
+    from noisycal_platform.calibration.class_tables import ClassMatrix
+    from noisycal_platform.calibration.demo_data import digits_confusion
+
+    rng = np.random.default_rng(seed)
+    n = 2 * n_per_group
+    p = softmax(rng.normal(0, 2.0, (n, n_classes)), axis=1)
+    y = (rng.random(n)[:, None] > p.cumsum(axis=1)).sum(axis=1).clip(0, n_classes - 1)
+    bad = np.arange(n) >= n_per_group
+    shown = np.where(bad[:, None], softmax(np.log(p) / temper, axis=1), p)
+    t = np.stack([digits_confusion(e, o, n_classes) for e, o in ((0.15, 1), (0.2, 3), (0.1, 2))])
+    u = rng.random((n, 3))
+    values = np.stack([(u[:, j, None] > t[j][y].cumsum(axis=1)).sum(axis=1).clip(0, n_classes - 1)
+                       for j in range(3)], axis=1).astype(float)
+    ids = tuple(f"i{i:05d}" for i in range(n))
+    cm = ClassMatrix(ids, ("a", "b", "c"), tuple("wxyz"), values, shown, 0, 0)
+    preds = pl.DataFrame({"item_id": list(ids),
+                          "subgroups": [[{"column": "site", "value": "bad" if b else "good"}] for b in bad]})
+    return cm, preds
+
+
+def _class_flags(seed: int, n_boot: int) -> dict[str, bool]:
+    from noisycal_platform.calibration.class_tables import ConfusionTable
+    from noisycal_platform.calibration.multiclass import class_weights, estimate_confusion
+    from noisycal_platform.calibration.subgroups import class_subgroup_rows
+
+    cm, preds = _class_replicate(seed)
+    fit = estimate_confusion(cm.values, n_classes=4, seed=seed)  # the whole version's channels
+    ct = ConfusionTable(cm.annotator_ids, cm.classes, fit.confusion, class_weights(fit.confusion, fit.prevalence),
+                        fit.prevalence, fit.method, fit.converged)
+    rows = class_subgroup_rows(cm, preds, ct, n_bootstrap=n_boot, seed=seed, min_items=200)
+    return {r["subgroup_value"]: r["flagged"] for r in rows if r["kind"] == "top_label"}
+
+
+def _class_rates(n_rep: int, n_boot: int) -> tuple[float, float]:
+    flags = [_class_flags(2000 + r, n_boot) for r in range(n_rep)]
+    return float(np.mean([f["bad"] for f in flags])), float(np.mean([f["good"] for f in flags]))
+
+
+def test_multiclass_miscalibrated_subgroup_flagged_calibrated_one_rarely():
+    n_rep = 20
+    bad, good = _class_rates(n_rep, n_boot=150)
+    assert bad >= 0.9
+    assert good <= 0.05 + 2 * np.sqrt(0.05 * 0.95 / n_rep)
+
+
+@pytest.mark.slow
+def test_multiclass_subgroup_flag_rates_with_many_replicates():
+    n_rep = 200
+    bad, good = _class_rates(n_rep, n_boot=300)
+    assert bad >= 0.9
+    assert good <= 0.05 + 2.5 * np.sqrt(0.05 * 0.95 / n_rep)
