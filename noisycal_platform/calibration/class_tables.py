@@ -234,18 +234,20 @@ def confusion_from_table(df: pl.DataFrame, classes: tuple[str, ...]) -> Confusio
 
 
 def multiclass_test(
-    cm: ClassMatrix, ct: ConfusionTable | None, kind: str, weights: Any, n_bins: int, n_bootstrap: int,
-    ci_level: float, seed: int,
+    cm: ClassMatrix, ct: ConfusionTable, kind: str, weights: Any, n_bins: int, n_bootstrap: int, ci_level: float,
+    seed: int, refit: bool = True,
 ) -> CalibrationTest | None:
-    """The multi-class calibration test (debiased NC-ECE, basic interval, p-value of H0 "calibrated"), or None
-    where the library has none yet. ``ct`` None: channels re-estimated in every replicate; given: held fixed."""
+    """The multi-class calibration test (`multiclass.inference.calibration_test_multiclass`: debiased NC-ECE,
+    basic interval, p-value of H0 "calibrated", null_q95) with the stored confusion matrices as point estimate,
+    re-estimated in every replicate (``refit``) or held fixed; None where the library has no such test."""
     try:
         from .multiclass.inference import calibration_test_multiclass
     except ImportError:
         return None
+    fit = ct.as_fit()
     return calibration_test_multiclass(
-        cm.probs, cm.values, None if ct is None else ct.as_fit(), kind=kind, weights=weights, n_bins=n_bins,
-        n_boot=n_bootstrap, alpha=1 - ci_level, seed=seed,
+        cm.probs, cm.values, None if refit else fit, kind=kind, weights=weights, n_bins=n_bins, n_boot=n_bootstrap,
+        alpha=1 - ci_level, seed=seed, fitted=fit if refit else None,
     )
 
 
@@ -285,7 +287,7 @@ def class_nc_ece_rows(
         }
         if n_bootstrap:
             rule = weight_rule if weight_rule in ("iv", "equal") else ct.weights
-            test = multiclass_test(cm, None if refit else ct, kind, rule, n_bins, n_bootstrap, ci_level, seed)
+            test = multiclass_test(cm, ct, kind, rule, n_bins, n_bootstrap, ci_level, seed, refit)
             if test is not None:
                 row.update(calibration_test_columns(test))
         rows.append(row)
