@@ -13,7 +13,8 @@ from .corrected import (
     corrected_onehot,
     plugin_prevalence,
 )
-from .dawid_skene import ConfusionFit, estimate_confusion, known_confusion, validate_confusion
+from .dawid_skene import ConfusionFit, batched_confusion_em, estimate_confusion, known_confusion, validate_confusion
+from .inference import calibration_test_multiclass
 from .nc_ece import NC_ECE_KINDS, MulticlassNCECEResult, binned_ece_multiclass, check_probs, nc_ece_multiclass
 from .recalibration import (
     MULTICLASS_RECALIBRATION_METHODS,
@@ -31,7 +32,9 @@ __all__ = [
     "as_class_annotations",
     "as_confusion",
     "backward_matrices",
+    "batched_confusion_em",
     "binned_ece_multiclass",
+    "calibration_test_multiclass",
     "check_probs",
     "class_weights",
     "corrected_noise_variance",

@@ -36,6 +36,8 @@ __all__ = [
     "class_weights",
     "corrected_noise_variance",
     "corrected_onehot",
+    "iv_weights",
+    "pattern_targets",
     "plugin_prevalence",
 ]
 
@@ -68,11 +70,28 @@ def backward_matrices(confusion: Any) -> np.ndarray:
 def corrected_noise_variance(confusion: Any, prevalence: Any) -> np.ndarray:
     """(K, C) v̄_jc = Σ_y π_y Σ_a T_j[y, a] (T_j^{-1})[a, c]² − π_c (see module doc)."""
     t = validate_confusion(confusion)
+    return _noise_variance(t, _check_prevalence(prevalence, t.shape[1]))
+
+
+def _check_prevalence(prevalence: Any, c: int) -> np.ndarray:
     pi = np.asarray(prevalence, dtype=np.float64)
-    if pi.shape != (t.shape[1],) or not np.all(np.isfinite(pi)) or pi.min() < 0:
-        raise ValueError(f"prevalence must be {t.shape[1]} finite values >= 0, got {pi.tolist()}")
-    tinv = np.linalg.inv(t)
-    return np.einsum("y,jya,jac->jc", pi, t, tinv**2) - pi
+    if pi.shape != (c,) or not np.all(np.isfinite(pi)) or pi.min() < 0:
+        raise ValueError(f"prevalence must be {c} finite values >= 0, got {pi.tolist()}")
+    return pi
+
+
+def _noise_variance(t: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """v̄ (..., K, C) for confusion (..., K, C, C) and prevalence (..., C); leading axes are replicates."""
+    return np.einsum("...y,...jya,...jac->...jc", pi, t, np.linalg.inv(t) ** 2) - pi[..., None, :]
+
+
+def iv_weights(t: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    """(..., K, C) inverse-variance weights w_jc ∝ 1/v̄_jc, each class summing to 1 over the annotators;
+    where some v̄_jc = 0 those annotators share class c (seed 000 §C.6). Leading axes are replicates."""
+    v = _noise_variance(t, pi)
+    zero = v <= VAR_ZERO
+    w = np.where(zero.any(axis=-2, keepdims=True), zero.astype(float), 1.0 / np.where(zero, 1.0, v))
+    return w / w.sum(axis=-2, keepdims=True)
 
 
 def class_weights(confusion: Any, prevalence: Any = None, rule: Any = "iv") -> np.ndarray:
@@ -90,9 +109,7 @@ def class_weights(confusion: Any, prevalence: Any = None, rule: Any = "iv") -> n
         else:
             if prevalence is None:
                 raise ValueError("prevalence is required for weights='iv' (got None)")
-            v = corrected_noise_variance(t, prevalence)
-            zero = v <= VAR_ZERO
-            w = np.where(zero.any(axis=0), zero.astype(float), 1.0 / np.where(zero, 1.0, v))
+            return iv_weights(t, _check_prevalence(prevalence, c))
     else:
         w = np.asarray(rule, dtype=np.float64)
         if w.shape == (k,):
@@ -102,6 +119,24 @@ def class_weights(confusion: Any, prevalence: Any = None, rule: Any = "iv") -> n
         if not np.all(np.isfinite(w)) or np.any(w < 0) or np.any(w.sum(axis=0) <= 0):
             raise ValueError("weights must be finite, >= 0 and not all zero for any class")
     return w / w.sum(axis=0)
+
+
+def pattern_targets(tinv: np.ndarray, w: np.ndarray, labels: np.ndarray, present: np.ndarray):
+    """Combined corrected label of every answer pattern and its inclusion mask, each (..., P, C):
+
+    Ỹ_pc = Σ_{j present in p} w_jc (T_j^{-1})[a_pj, c] / Σ_{j present in p} w_jc (see module doc), 0 where the
+    pattern is excluded (nobody answered, or the annotators present all have weight 0 for class c).
+    tinv : (..., K, C, C) inverses; w : (..., K, C) weights; labels, present : (P, K) answers and presence.
+    Leading axes are replicates.
+    """
+    k = labels.shape[1]
+    ytab = tinv[..., np.arange(k)[None, :], np.where(present, labels, 0), :]  # (..., P, K, C)
+    wp = present[:, :, None] * w[..., None, :, :]
+    den = wp.sum(axis=-2)
+    inc = present.any(axis=1)[:, None] & (den > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(inc, (ytab * wp).sum(axis=-2) / den, 0.0)
+    return y, inc
 
 
 def _present_codes(annotations: Any, n_classes: int) -> tuple[np.ndarray, np.ndarray]:

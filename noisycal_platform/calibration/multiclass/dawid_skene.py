@@ -32,7 +32,7 @@ from scipy.stats import chi2
 from ..channels._base import Channel, ChannelFit, NotIdentifiableError
 from ._patterns import as_class_annotations, class_codes, pattern_counts
 
-__all__ = ["ConfusionFit", "estimate_confusion", "known_confusion", "validate_confusion"]
+__all__ = ["ConfusionFit", "batched_confusion_em", "estimate_confusion", "known_confusion", "validate_confusion"]
 
 EPS = 1e-10  # probabilities are clipped at EPS (as the binary EM and crowd-kit do)
 MIN_PREVALENCE = 1e-6  # a latent class with smaller estimated prevalence is not identified
@@ -140,29 +140,49 @@ def _one_hot(pats: np.ndarray, n_classes: int) -> Any:
     return sparse.csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(p, k * n_classes))
 
 
+class _Design:
+    """The one-hot answers (P, K·C) as CSR, with its transpose kept (sparse products: no BLAS threads, which
+    contend on a loaded machine)."""
+
+    def __init__(self, onehot: Any):
+        self.m = sparse.csr_matrix(onehot)
+        self.T = sparse.csr_matrix(self.m.T)
+
+    def __matmul__(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.m @ x)
+
+
 def _e_step(onehot: Any, log_prior: np.ndarray, log_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Posterior γ (P, C) and per-pattern log marginal likelihood (P,)."""
-    k, c, _ = log_t.shape
-    lt = np.asarray(log_t.transpose(0, 2, 1).reshape(k * c, c))  # row j·C + a, column y
-    ll = np.asarray(onehot @ lt) + log_prior
-    m = ll.max(axis=1, keepdims=True)
-    e = np.exp(ll - m)
-    s = e.sum(axis=1, keepdims=True)
-    return e / s, (m + np.log(s))[:, 0]
+    """Posterior γ (P, ..., C) and per-pattern log marginal likelihood (P, ...). Pattern-major layout: the
+    axes ``...`` are replicates, with ``log_prior`` (..., C) and ``log_t`` (..., K, C, C)."""
+    k, c = log_t.shape[-3], log_t.shape[-1]
+    lead = log_t.shape[:-3]
+    lt = np.moveaxis(log_t.swapaxes(-1, -2).reshape(*lead, k * c, c), -2, 0)  # row j·C + a, then ..., column y
+    e = np.asarray(onehot @ lt.reshape(k * c, -1)).reshape(-1, *lead, c)
+    e += log_prior  # in place from here on: log-likelihoods, then their exponentials, then γ
+    m = e.max(axis=-1, keepdims=True)
+    e -= m
+    np.exp(e, out=e)
+    s = e.sum(axis=-1, keepdims=True)
+    e /= s
+    return e, (m + np.log(s))[..., 0]
 
 
 def _m_step(onehot: Any, counts: np.ndarray, gamma: np.ndarray, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """Count-weighted maximisers; a row with no weight becomes uniform; clipped at EPS and renormalised."""
-    g = gamma * counts[:, None]
-    prior = g.sum(axis=0) / counts.sum()
-    n = np.asarray(onehot.T @ g).reshape(k, c, c).transpose(0, 2, 1)  # [j, y, a]
-    tot = n.sum(axis=2, keepdims=True)
+    """Count-weighted maximisers; a row with no weight becomes uniform; clipped at EPS and renormalised.
+    Pattern-major: ``counts`` (P, ...) and ``gamma`` (P, ..., C); returns π (..., C) and T (..., K, C, C)."""
+    g = gamma
+    g *= counts[..., None]  # γ is not used again by the callers: weighted in place
+    prior = g.sum(axis=0) / counts.sum(axis=0)[..., None]
+    n = np.asarray(onehot.T @ g.reshape(g.shape[0], -1)).reshape(k, c, *g.shape[1:])  # [j, a, ..., y]
+    n = np.moveaxis(n, (0, 1), (-3, -1))  # [..., j, y, a]
+    tot = n.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(tot > 0, n / tot, 1.0 / c)
     t = np.maximum(t, EPS)
-    t /= t.sum(axis=2, keepdims=True)
+    t /= t.sum(axis=-1, keepdims=True)
     prior = np.maximum(prior, EPS)
-    return prior / prior.sum(), t
+    return prior / prior.sum(axis=-1, keepdims=True), t
 
 
 @dataclass(frozen=True)
@@ -175,25 +195,35 @@ class _Run:
 
 
 def _em_map(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, fixed_t: bool):
-    """One EM step F(π, T) and the log-likelihood at the input (π, T)."""
-    k, c, _ = t.shape
+    """One EM step F(π, T) and the log-likelihood at the input (π, T); ``counts`` (P, ...), π (..., C) and
+    T (..., K, C, C) with replicates on the axes ``...``."""
+    k, c = t.shape[-3], t.shape[-1]
     # floor at 1e-300 so that a zero entry of a known matrix gives log ≈ −690, not 0·(−inf) = NaN
     gamma, ll = _e_step(onehot, np.log(prior), np.log(np.maximum(t, 1e-300)))
     new_prior, new_t = _m_step(onehot, counts, gamma, k, c)
-    return new_prior, (t if fixed_t else new_t), float(counts @ ll)
+    return new_prior, (t if fixed_t else new_t), np.einsum("p...,p...->...", counts, ll)
 
 
 def _project(prior: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Back onto the probability simplices (entries ≥ EPS, rows renormalised)."""
     prior = np.maximum(prior, EPS)
     t = np.maximum(t, EPS)
-    return prior / prior.sum(), t / t.sum(axis=2, keepdims=True)
+    return prior / prior.sum(axis=-1, keepdims=True), t / t.sum(axis=-1, keepdims=True)
 
 
 def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, max_iter: int, tol: float,
             fixed_t: bool = False, accelerate: bool = True) -> _Run:
-    """EM from (π, T) until one EM step changes (π, T) by less than ``tol`` (max-abs); ``fixed_t`` updates π
-    only (known T). ``n_iter`` counts EM steps.
+    """One EM run (`_em_runs` with a single replicate)."""
+    p, tt, ll, it, conv = _em_runs(onehot, counts[None], prior[None], t[None], max_iter, tol, fixed_t, accelerate)
+    return _Run(p[0], tt[0], float(ll[0]), int(it[0]), bool(conv[0]))
+
+
+def _em_runs(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, max_iter: int, tol: float,
+             fixed_t: bool = False, accelerate: bool = True):
+    """EM from (π, T) for R replicates (counts (R, P), π (R, C), T (R, K, C, C)) until one EM step changes a
+    replicate's (π, T) by less than ``tol`` (max-abs); ``fixed_t`` updates π only (known T). Returns
+    (π, T, log-likelihood (R,), EM steps (R,), converged (R,)); every step is vectorised over the replicates
+    not yet converged.
 
     ``accelerate``: SQUAREM (Varadhan & Roland 2008, "Simple and globally convergent methods for
     accelerating the convergence of any EM algorithm", Scand. J. Stat. 35:335–353, scheme S3): from θ0,
@@ -201,52 +231,91 @@ def _run_em(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, m
     onto the simplices, then one stabilising step F(θ'); θ2 replaces it if the log-likelihood fell. The
     fixed points are those of plain EM; the stopping rule is always a plain EM step's change.
     """
-    def flat(pr, tt):
-        return np.concatenate([pr, tt.ravel()])
-
-    c = t.shape[1]
-    shape = t.shape
-    converged = False
-    it = 0
-    while it < max_iter:
-        p1, t1, _ = _em_map(onehot, counts, prior, t, fixed_t)
-        it += 1
-        change = max(np.abs(p1 - prior).max(), np.abs(t1 - t).max())
-        if change < tol:
-            prior, t, converged = p1, t1, True
-            break
-        if not accelerate or it + 2 > max_iter:
-            prior, t = p1, t1
-            continue
-        p2, t2, ll1 = _em_map(onehot, counts, p1, t1, fixed_t)
-        it += 1
-        x0, x1, x2 = flat(prior, t), flat(p1, t1), flat(p2, t2)
-        r = x1 - x0
-        v = x2 - x1 - r
-        nv = np.linalg.norm(v)
-        alpha = -1.0 if nv == 0 else min(-1.0, -np.linalg.norm(r) / nv)
-        x = x0 - 2 * alpha * r + alpha**2 * v
-        pa, ta = _project(x[:c], x[c:].reshape(shape))
-        if fixed_t:
-            ta = t
-        p3, t3, ll_a = _em_map(onehot, counts, pa, ta, fixed_t)
-        it += 1
-        if np.isfinite(ll_a) and ll_a >= ll1:
-            prior, t = p3, t3
-        else:  # the extrapolation lost likelihood: keep the plain EM iterate
-            prior, t = p2, t2
+    prior, t = np.array(prior, float), np.array(t, float)
+    onehot = _Design(onehot)
+    counts = np.ascontiguousarray(np.asarray(counts, float).T)  # (P, R): pattern-major
+    r_all, c = prior.shape
+    n_iter = np.zeros(r_all, np.int64)
+    converged = np.zeros(r_all, bool)
+    act = np.arange(r_all)
+    it = 0  # every replicate still running has made the same number of steps
+    with np.errstate(invalid="ignore", divide="ignore"):
+        while it < max_iter and act.size:
+            p0, t0, cnt = prior[act], t[act], counts[:, act]
+            p1, t1, _ = _em_map(onehot, cnt, p0, t0, fixed_t)
+            it += 1
+            change = np.maximum(np.abs(p1 - p0).max(axis=1), np.abs(t1 - t0).max(axis=(1, 2, 3)))
+            stop = change < tol
+            prior[act[stop]], t[act[stop]] = p1[stop], t1[stop]
+            converged[act[stop]], n_iter[act[stop]] = True, it
+            go = ~stop
+            act, p0, t0, p1, t1, cnt = act[go], p0[go], t0[go], p1[go], t1[go], cnt[:, go]
+            if act.size == 0:
+                break
+            if not accelerate or it + 2 > max_iter:
+                prior[act], t[act] = p1, t1
+                continue
+            p2, t2, ll1 = _em_map(onehot, cnt, p1, t1, fixed_t)
+            it += 1
+            x0, x1, x2 = (np.concatenate([a, b.reshape(len(a), -1)], axis=1) for a, b in ((p0, t0), (p1, t1), (p2, t2)))
+            r = x1 - x0
+            v = x2 - x1 - r
+            nr, nv = np.linalg.norm(r, axis=1), np.linalg.norm(v, axis=1)
+            alpha = np.where(nv == 0, -1.0, np.minimum(-1.0, -nr / nv))[:, None]
+            x = x0 - 2 * alpha * r + alpha**2 * v
+            pa, ta = _project(x[:, :c], x[:, c:].reshape(t0.shape))
+            if fixed_t:
+                ta = t0
+            p3, t3, ll_a = _em_map(onehot, cnt, pa, ta, fixed_t)
+            it += 1
+            keep = (np.isfinite(ll_a) & (ll_a >= ll1))[:, None]  # else the extrapolation lost likelihood
+            prior[act] = np.where(keep, p3, p2)
+            t[act] = np.where(keep[:, :, None, None], t3, t2)
+    n_iter[act] = it
     _, _, ll = _em_map(onehot, counts, prior, t, fixed_t)
-    return _Run(prior, t, ll, it, converged)
+    return prior, t, ll, n_iter, converged
+
+
+def _assignment(summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """σ maximising Σ_y summed[y, σ(y)] and the index map inv (new latent class σ(y) takes old class y)."""
+    rows, sigma = linear_sum_assignment(summed, maximize=True)
+    inv = np.empty_like(sigma)
+    inv[sigma] = rows
+    return sigma, inv
 
 
 def _orient(r: _Run) -> tuple[_Run, np.ndarray]:
     """Relabel the latent class by σ maximising Σ_y (Σ_j T_j)[y, σ(y)]; returns the run and σ."""
-    rows, sigma = linear_sum_assignment(r.t.sum(axis=0), maximize=True)
-    if np.array_equal(sigma, rows):
+    sigma, inv = _assignment(r.t.sum(axis=0))
+    if np.array_equal(sigma, np.arange(len(sigma))):
         return r, sigma
-    inv = np.empty_like(sigma)
-    inv[sigma] = rows  # new latent class σ(y) takes old class y
     return _Run(r.prior[inv], r.t[:, inv, :], r.log_likelihood, r.n_iter, r.converged), sigma
+
+
+def batched_confusion_em(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, confusion: np.ndarray,
+                         max_iter: int = 500, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Multi-class Dawid–Skene EM on R pattern-count tables at once, from one start (see module doc).
+
+    counts : (R, P) items per (replicate, pattern); pats : (P, K) codes 0..C (C = missing).
+    prior : (C,) or (R, C) start π; confusion : (K, C, C) or (R, K, C, C) start T. The E/M updates and the SQUAREM
+    acceleration are those of `estimate_confusion` (`_em_runs`, vectorised over replicates), then each
+    replicate's latent classes are relabelled by the summed-diagonal assignment (as `_orient`).
+    Returns (prior (R, C), confusion (R, K, C, C), converged (R,) bool: largest change of (π, T) < ``tol``).
+    """
+    r, _ = counts.shape
+    k = pats.shape[1]
+    c = np.asarray(confusion).shape[-1]
+    used = counts.sum(axis=0) > 0  # patterns no replicate shows carry nothing
+    onehot = _one_hot(pats[used], c)
+    counts = counts[:, used]
+    prior = np.broadcast_to(prior, (r, c))
+    t = np.broadcast_to(confusion, (r, k, c, c))
+    prior, t, _, _, done = _em_runs(onehot, counts, prior, t, max_iter, tol)
+    summed = t.sum(axis=1)  # (R, C, C)
+    for i in np.flatnonzero(~np.all(summed.argmax(axis=2) == np.arange(c), axis=1)):  # rare: relabel
+        inv = _assignment(summed[i])[1]
+        prior[i], t[i] = prior[i][inv], t[i][:, inv, :]
+    return prior, t, done
 
 
 def _soft_vote_start(onehot: Any, pats: np.ndarray, counts: np.ndarray, k: int, c: int):
@@ -397,9 +466,17 @@ def estimate_confusion(
     else:
         start0 = _soft_vote_start(onehot, pats, counts, k, c)
     starts = [start0] + [_random_start(rng, k, c) for _ in range(n_starts - 1)]
+    fits = _em_runs(
+        onehot,
+        np.broadcast_to(counts, (n_starts, counts.size)),
+        np.stack([np.asarray(st[0], float) for st in starts]),
+        np.stack([np.asarray(st[1], float) for st in starts]),
+        max_iter,
+        tol,
+    )  # all starts at once, each run as if alone
     runs = []
-    for prior0, t0 in starts:
-        r = _run_em(onehot, counts, np.asarray(prior0, float), np.asarray(t0, float), max_iter, tol)
+    for i in range(n_starts):  # loop over starts: orientation and screening
+        r = _Run(fits[0][i], fits[1][i], float(fits[2][i]), int(fits[3][i]), bool(fits[4][i]))
         sigma = np.arange(c)
         if orient:
             r, sigma = _orient(r)

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..nc_ece import NCECEResult
-from .corrected import PREVALENCE_CLIP, as_confusion, class_weights
+from ..nc_ece import NCECEResult, _check_n_bins
+from .corrected import PREVALENCE_CLIP, as_confusion, class_weights, pattern_targets
 
 __all__ = ["NC_ECE_KINDS", "MulticlassNCECEResult", "binned_ece_multiclass", "check_probs", "nc_ece_multiclass"]
 
@@ -249,8 +249,7 @@ def nc_ece_multiclass(
     """
     if kind not in NC_ECE_KINDS:
         raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
-    if not isinstance(n_bins, (int, np.integer)) or isinstance(n_bins, bool) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    n_bins = _check_n_bins(n_bins)
     a = np.asarray(annotations)
     if a.ndim == 1:
         a = a[:, None]
@@ -273,23 +272,17 @@ def nc_ece_multiclass(
     table = _pattern_table(k, c)
     present = table > 0
     tinv = np.linalg.inv(t)
-    lab = np.maximum(table - 1, 0)
-    ytab = tinv[np.arange(k)[None, :], lab]  # (P, K, C): corrected one-hot of each answer
+    lab = table - 1
     annotated = present.any(axis=1)
     n_pat_items = counts.sum(axis=(0, 1)) / (c if kind == "classwise" else 1)
     if isinstance(weights, str) and weights == "iv" and prevalence is None:
         tot = n_pat_items[annotated].sum()
         if tot == 0:
             raise ValueError("annotations has no labelled item")
-        eq = (ytab * present[:, :, None]).sum(axis=1) / np.maximum(present.sum(axis=1), 1)[:, None]
+        eq = pattern_targets(tinv, np.ones((k, c)), lab, present)[0]
         prevalence = np.clip(n_pat_items[annotated] @ eq[annotated] / tot, PREVALENCE_CLIP, 1 - PREVALENCE_CLIP)
     w = class_weights(t, prevalence, weights)
-    wp = present[:, :, None] * w[None, :, :]  # (P, K, C)
-    den = wp.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ycorr = (ytab * wp).sum(axis=1) / den  # (P, C)
-    inc = annotated[:, None] & (den > 0)  # (P, C)
-    ycorr = np.where(inc, ycorr, 0.0)
+    ycorr, inc = pattern_targets(tinv, w, lab, present)  # (P, C) each
     incf = inc.T.astype(np.float64)[:, None, :]  # (C, 1, P) per group = class
     yg = ycorr.T[:, None, :]  # (C, 1, P)
     cn = counts * incf

@@ -25,7 +25,8 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp, softmax
 
-from ..recalibration import FittedRecalibration, UnboundedObjectiveError
+from ..nc_ece import _check_n_bins, bin_index
+from ..recalibration import FittedRecalibration, Recalibrator, UnboundedObjectiveError
 from ._patterns import as_class_annotations, class_codes
 from .corrected import as_confusion, corrected_onehot
 from .nc_ece import check_probs
@@ -66,9 +67,8 @@ def _log_probs(p: np.ndarray) -> np.ndarray:
 
 
 def _bins(p: np.ndarray, n_bins: int) -> np.ndarray:
-    b = np.floor(p * n_bins).astype(np.int64)
-    np.minimum(b, n_bins - 1, out=b)
-    return b
+    """(n, C) bins of every probability by the project's one bin rule (`bin_index`)."""
+    return bin_index(p.ravel(), n_bins).reshape(p.shape)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,12 +98,9 @@ class MulticlassRecalibrator(FittedRecalibration):
 
     @classmethod
     def _check_params(cls, method: str, params: dict[str, Any]) -> None:
-        if method == "temperature" and not float(params.get("temperature", 0)) > 0:
-            raise ValueError(f"temperature must be > 0, got {params.get('temperature')!r}")
-        if method == "histogram":
-            v = np.asarray(params.get("values"), float)
-            if v.ndim != 2 or v.shape[0] != int(params.get("n_bins", -1)):
-                raise ValueError(f"histogram values must be n_bins × C, got shape {v.shape}")
+        Recalibrator._check_params(method, params)  # the binary rules: keys present, T > 0, one value row per bin
+        if method == "histogram" and np.asarray(params["values"], float).ndim != 2:
+            raise ValueError(f"histogram values must be n_bins × C, got shape {np.shape(params['values'])}")
 
 
 def temperature_loss(theta: float, z: np.ndarray, y: np.ndarray) -> float:
@@ -135,8 +132,7 @@ def fit_multiclass_recalibrator(
     """
     if method not in MULTICLASS_RECALIBRATION_METHODS:
         raise ValueError(f"method must be one of {MULTICLASS_RECALIBRATION_METHODS}, got {method!r}")
-    if not isinstance(n_bins, (int, np.integer)) or isinstance(n_bins, bool) or n_bins < 1:
-        raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
+    n_bins = _check_n_bins(n_bins)
     p = check_probs(probs)
     a = np.asarray(annotations)
     if a.ndim == 1:
