@@ -108,7 +108,7 @@ def nc_ece_report(
         annotations,
         predictions,
         channel_estimates,
-        **_settings(settings, "n_bins", "n_bootstrap", "seed", "min_items_per_subgroup"),
+        **_settings(settings, "n_bins", "n_bootstrap", "seed", "min_items_per_subgroup", "n_bootstrap_subgroups"),
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
     return dg.Output(table, metadata=_float_metadata(nc, _NC_METADATA) | {

@@ -77,14 +77,13 @@ def _grey8(root: Path, files: list[str]) -> np.ndarray:
 
 def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     """Every first-arrival demo input into ``home`` (calibration, cleaning, correctness)."""
-    from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs, write_demo_multiclass_version
+    from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs
     from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
     from noisycal_platform.correctness.demo_data import write_demo_correctness_inputs
 
     layout = HomeLayout.at(home).ensure()
     written: dict[str, object] = {}
     written["calibration"] = write_demo_calibration_inputs(layout.home, seed=seed)
-    written["calibration_multiclass"] = write_demo_multiclass_version(layout.home, seed=seed)
     written["cleaning_truth"] = write_demo_cleaning_dataset(layout.home, name=DEMO_DATASET, seed=seed)
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)
@@ -121,11 +120,17 @@ def write_demo_confirmations(home: Path, dataset: str = DEMO_DATASET, seed: int 
 
 
 def write_demo_second_arrival(home: Path, seed: int = 0) -> dict[str, Path]:
-    """What arrives later: model version v2 and one more annotation batch (exercises both sensors)."""
-    from noisycal_platform.calibration.demo_data import write_demo_annotation_batch, write_demo_model_version
+    """What arrives later: model version v2, one more annotation batch (exercises both sensors) and the
+    ten-class digits version with its readers' batch and items.csv."""
+    from noisycal_platform.calibration.demo_data import (
+        write_demo_annotation_batch,
+        write_demo_model_version,
+        write_demo_multiclass_version,
+    )
 
     layout = HomeLayout.at(home)
     return {
         "model_version": write_demo_model_version(layout.home, version="v2", seed=seed),
         "annotation_batch": write_demo_annotation_batch(layout.home, name="batch_003", seed=seed),
+        **{f"multiclass_{k}": p for k, p in write_demo_multiclass_version(layout.home, seed=seed).items()},
     }

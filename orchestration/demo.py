@@ -5,8 +5,9 @@
    partitions are added and the raw assets load; then every asset is materialised for every partition.
 3. Simulated expert and lay raters answer the exported confirmation queue in the web tool's format; the
    confirmation sensor ingests the answers and the eager automation reruns what lies downstream.
-4. Model version v2 and a further annotation batch arrive; the sensors and automation run the calibration
-   assets for v2 and rerun v1 on the new annotations.
+4. Model version v2, a further annotation batch and the ten-class digits version (its readers' batch and
+   items.csv with two sites) arrive; the sensors and automation run the calibration assets for v2 and digits and
+   rerun v1 on the new annotations.
 5. A summary names the warehouse, the reports and the headline numbers; the exit code is 0 only if every run
    succeeded and every asset exists for every partition.
 """
@@ -135,7 +136,7 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     failures += _report("confirmations ingested, downstream rerun", tick(layout.home), started)
 
     demo_inputs.write_demo_second_arrival(layout.home, seed=seed)
-    print(f"[{time.perf_counter() - started:6.1f}s] model version v2 and annotation batch_003 arrived")
+    print(f"[{time.perf_counter() - started:6.1f}s] model versions v2 and digits (10 classes), batch_003 arrived")
     failures += _report("new model version and batch processed", tick(layout.home), started)
 
     missing = _missing_materializations(layout.home)

@@ -31,6 +31,9 @@ class SettingsResource(dg.ConfigurableResource):
     # class names for multi-class models, in index order (else taken from the predictions' p_<class> columns)
     classes: list[str] = Field(default_factory=list)
     min_items_per_subgroup: int = Field(default=200, ge=1)  # a smaller subgroup is listed as too small, not computed
+    # replicates per side of each subgroup's calibration test (p-values resolve to 1/(R+1): Holm over m subgroups
+    # at 5% needs R > 20·m)
+    n_bootstrap_subgroups: int = Field(default=200, ge=0)
     # cleaning (seed 001)
     encoder_preset: str = "demo"  # demo | paper | ham_cpu
     # numeric EncoderConfig fields to override on the preset, e.g. {"epochs": 20}

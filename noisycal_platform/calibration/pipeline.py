@@ -141,22 +141,25 @@ def nc_ece_report(
     n_bootstrap: int = 500,
     seed: int = 0,
     min_items_per_subgroup: int = 200,
+    n_bootstrap_subgroups: int | None = None,
 ) -> pl.DataFrame:
     """NC-ECE (plug-in and debiased), its interval, the calibration test and the naive ECEs
     (`tables.nc_ece_report_table` → `inference.calibration_test`, seed 000 §3, §C); for a multi-class version
     top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
-    of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups)."""
+    of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups), with
+    ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``)."""
+    n_sub = n_bootstrap if n_bootstrap_subgroups is None else n_bootstrap_subgroups
     if is_multiclass(predictions):
         cm, ct = _class_inputs(annotations, predictions, channel_estimates)
         rule = str(channel_estimates["weight_rule"][0])
         rows = class_nc_ece_rows(cm, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed, weight_rule=rule)
-        rows += class_subgroup_rows(cm, predictions, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
+        rows += class_subgroup_rows(cm, predictions, ct, n_bins=n_bins, n_bootstrap=n_sub, seed=seed,
                                     min_items=min_items_per_subgroup)
         return pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)
     matrix = _matrix(annotations, predictions)
     table = nc_ece_report_table(matrix, channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
     chans, w = channels_from_table(channel_estimates).for_matrix(matrix)
-    rows = binary_subgroup_rows(matrix, predictions, chans, w, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
+    rows = binary_subgroup_rows(matrix, predictions, chans, w, n_bins=n_bins, n_bootstrap=n_sub, seed=seed,
                                 min_items=min_items_per_subgroup)
     if not rows:
         return table

@@ -17,6 +17,7 @@ from tests.asset_chains import CALIBRATION_CHAIN
 from tests.assets._run import materialize, sql
 
 V = DIGITS_VERSION
+SETTINGS = '{"inbox_settle_seconds": 0, "n_bootstrap": 50, "n_bootstrap_subgroups": 50}'
 
 
 def _failure_text(result) -> str:
@@ -29,7 +30,7 @@ def _failure_text(result) -> str:
 def built(tmp_path_factory):
     home = tmp_path_factory.mktemp("mc") / "home"
     write_demo_multiclass_version(home, seed=0)
-    (home / "settings.json").write_text('{"inbox_settle_seconds": 0, "n_bootstrap": 50}')
+    (home / "settings.json").write_text(SETTINGS)
     instance = instance_for(home)
     instance.add_dynamic_partitions("model_versions", [V])
     result = materialize(home, ["raw/annotations"], instance=instance)
@@ -96,6 +97,12 @@ def test_report_shows_both_kinds_the_confusion_matrices_and_one_diagram_per_site
     assert "Top-label NC-ECE against the clinic" in text and "Classwise NC-ECE against the clinic" in text
     assert "reader_1 (gap" in text and "Subgroups (items.csv)" in text
     assert "reliability diagram site = north" in text and "reliability diagram site = south" in text
+    # the demo's tempered site is flagged after Holm (top-label), the other is not
+    assert "site = south — FLAGGED (miscalibrated)" in text and "site = north — FLAGGED" not in text
+    flagged = sql(home, "select subgroup_value, kind from calibration.nc_ece_report where flagged")
+    assert ("south", "top_label") in flagged.rows() and "north" not in flagged["subgroup_value"].to_list()
+    overall = sql(home, "select kind, ci_low, p_value from calibration.nc_ece_report where estimator = 'nc_ece'")
+    assert overall["ci_low"].null_count() == 0 and overall["p_value"].null_count() == 0
 
 
 def _second_version(home, name: str, predictions: str, items: str | None = None):
@@ -131,7 +138,7 @@ def test_missing_probability_column_fails_naming_it(built):
         _second_version(home, "missing_p", "item_id,p_0,p_1\nx1,0.5,0.5\n")
         text = _raw_predictions_unchanged_after(home, instance, "missing_p")
     finally:
-        (home / "settings.json").write_text('{"inbox_settle_seconds": 0, "n_bootstrap": 50}')
+        (home / "settings.json").write_text(SETTINGS)
     assert "column 'p_2'" in text and "declared class '2'" in text
 
 
