@@ -92,11 +92,12 @@ def _headlines(layout: HomeLayout) -> list[str]:
             verdict = "FLAGGED" if flagged else "not flagged"
             p_text = f"Holm p {p_holm:.3g}" if p_holm is not None else "no test"
             lines.append(f"subgroup {version} {col}={val} {kind}: NC-ECE {value:.4f}, {p_text}, {verdict}")
-        for version, value in con.execute(
-            "SELECT model_version, value FROM calibration.nc_ece_report WHERE estimator = 'naive_majority_vote' "
-            "ORDER BY model_version"
+        for version, kind, value in con.execute(
+            "SELECT model_version, kind, value FROM calibration.nc_ece_report WHERE estimator = 'naive_majority_vote' "
+            "ORDER BY model_version, kind DESC"
         ).fetchall():
-            lines.append(f"naive ECE under majority vote {version}: {value:.4f}")
+            shown = version if kind == "binary" else f"{version} {kind}"
+            lines.append(f"naive ECE under majority vote {shown}: {value:.4f}")
         for ranking, issue, auroc in con.execute(
             "SELECT ranking, issue_type, auroc FROM cleaning.ranking_vs_truth ORDER BY issue_type, ranking"
         ).fetchall():
