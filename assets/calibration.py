@@ -25,6 +25,15 @@ RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 SCORED_INS = {"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)}
 
 
+#: pipeline keyword → SettingsResource field, where the two names differ
+_SETTING_FIELD = {"method": "channel_method", "weights": "weight_rule"}
+
+
+def _settings(settings: SettingsResource, *keywords: str) -> dict:
+    """The clinic's settings as the pipeline functions' keyword arguments (``_SETTING_FIELD`` maps names)."""
+    return {k: getattr(settings, _SETTING_FIELD.get(k, k)) for k in keywords}
+
+
 def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     rows = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.select(columns).iter_rows():
@@ -45,36 +54,42 @@ def channel_estimates(
 ) -> dg.Output[pl.DataFrame]:
     try:
         table = cal.channel_estimates(
-            annotations,
-            predictions,
-            method=settings.channel_method,
-            weights=settings.weight_rule,
-            n_bins=settings.n_bins,
-            seed=settings.seed,
+            annotations, predictions, **_settings(settings, "method", "weights", "n_bins", "seed")
         )
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
-    return dg.Output(
-        table,
-        metadata={
-            "method": str(table["method"][0]),
-            "converged": bool(table["converged"].all()),
-            "min_gap": float(table["min_gap"][0]),
-            "prevalence": float(table["prevalence"][0]),
-            "channels": dg.MetadataValue.md(_md_table(table, ["annotator_id", "fpr", "fnr", "gap", "weight"])),
-            "independence_p_value": float(table["independence_p_value"][0]),
-            "invariance_p_value": float(table["invariance_p_value"][0]),
-        },
-    )
+    except cal.UnknownLabelError as exc:  # an input error: retrying cannot fix it
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    return dg.Output(table, metadata=_float_metadata(table.row(0, named=True), _CHANNEL_METADATA) | {
+        "method": str(table["method"][0]),
+        "converged": bool(table["converged"].all()),
+        "n_classes": int(table["n_classes"][0]),
+        "channels": dg.MetadataValue.md(_md_table(
+            table, ["annotator_id", "fpr", "fnr", "gap", "weight"] if table["n_classes"][0] == 2
+            else ["annotator_id", "true_class", "answered_class", "probability", "gap", "weight"]
+        )),
+    })
 
 
-_NC_METADATA = {  # metadata key → nc_ece row column (null when no bootstrap ran)
+_NC_METADATA = {  # metadata key → nc_ece row column (NaN when null: no bootstrap ran, or no test for the kind)
+    "nc_ece": "value",
     "nc_ece_debiased": "value_debiased",
     "ci_low": "ci_low",
     "ci_high": "ci_high",
     "p_value": "p_value",
     "null_q95": "null_q95",
 }
+_CHANNEL_METADATA = {  # metadata key → channel table column of its first row
+    "min_gap": "min_gap",
+    "prevalence": "prevalence",
+    "independence_p_value": "independence_p_value",
+    "invariance_p_value": "invariance_p_value",
+}
+
+
+def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
+    """``{key: float(row[column])}``, NaN where the value is null."""
+    return {k: float("nan") if row[c] is None else float(row[c]) for k, c in columns.items()}
 
 
 @CALIBRATION.asset(
@@ -93,22 +108,17 @@ def nc_ece_report(
         annotations,
         predictions,
         channel_estimates,
-        n_bins=settings.n_bins,
-        n_bootstrap=settings.n_bootstrap,
-        seed=settings.seed,
+        **_settings(settings, "n_bins", "n_bootstrap", "seed", "min_items_per_subgroup", "n_bootstrap_subgroups"),
     )
     nc = table.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
-    return dg.Output(
-        table,
-        metadata={
-            "nc_ece": float(nc["value"]),
-            **{k: float("nan") if nc[c] is None else float(nc[c]) for k, c in _NC_METADATA.items()},
-            "n_items": int(nc["n_items"]),
-            "estimators": dg.MetadataValue.md(
-                _md_table(table, ["estimator", "annotator_id", "value", "ci_low", "ci_high"])
-            ),
-        },
-    )
+    return dg.Output(table, metadata=_float_metadata(nc, _NC_METADATA) | {
+        "kind": str(nc["kind"]),
+        "n_items": int(nc["n_items"]),
+        "subgroups_flagged": int(table["flagged"].fill_null(False).sum()),
+        "estimators": dg.MetadataValue.md(
+            _md_table(table, ["estimator", "kind", "annotator_id", "subgroup_value", "value", "ci_low", "ci_high"])
+        ),
+    })
 
 
 @CALIBRATION.asset(
@@ -126,12 +136,7 @@ def recalibrators(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     table = cal.recalibrators(
-        annotations,
-        predictions,
-        channel_estimates,
-        n_bins=settings.n_bins,
-        method=settings.channel_method,
-        seed=settings.seed,
+        annotations, predictions, channel_estimates, **_settings(settings, "n_bins", "method", "seed")
     )
     folder = inbox.layout.recalibrator_exports / context.partition_key
     for name, params in cal.recalibrator_exports(table).items():

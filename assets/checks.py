@@ -108,8 +108,9 @@ def _contract_check(asset: dg.AssetKey, name: str, contract: contracts.TableCont
 annotations_contract = _contract_check(
     ANNOTATIONS,
     ANNOTATIONS_CONTRACT,
-    contracts.ANNOTATIONS,
-    "The annotations contract (ids, label in {0,1}, unique pairs); GE expectations, run in polars.",
+    contracts.STORED_ANNOTATIONS,
+    "The annotations contract (ids, label_text present, label in {0,1} where set, unique pairs); GE expectations, "
+    "run in polars.",
 )
 # the stored predictions hold every version: an item is unique within its model version
 predictions_contract = _contract_check(
@@ -135,8 +136,13 @@ CHANNELS_SCORE_INVARIANT = "channels_score_invariant"
 CHECK_ALPHA = 0.05  # level of the WARN tests below
 
 
-def _nc_row(nc_ece_report: pl.DataFrame) -> dict:
-    return nc_ece_report.filter(pl.col("estimator") == "nc_ece").row(0, named=True)
+def _nc_rows(nc_ece_report: pl.DataFrame) -> list[dict]:
+    """The version's NC-ECE rows: one for a binary version, top-label then classwise for a multi-class one."""
+    return nc_ece_report.filter(pl.col("estimator") == "nc_ece").to_dicts()
+
+
+def _float(v: float | None) -> float:
+    return float("nan") if v is None else float(v)
 
 
 def _at_least(
@@ -175,8 +181,9 @@ def em_converged(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
 @dg.asset_check(
     asset=CHANNEL_ESTIMATES,
     name=CHANNEL_GAP_NOT_ZERO,
-    description="Every channel gap δ_j = 1 − a_j − b_j is at least min_channel_gap: a gap near 0 makes "
-    "the corrected labels (A − a)/δ explode (seed 000 §4.3).",
+    description="Every channel gap is at least min_channel_gap: δ_j = 1 − a_j − b_j for two classes, the smallest "
+    "singular value of the confusion matrix T_j for more; a gap near 0 makes the corrected labels (A − a)/δ, "
+    "T_j^{-T} e_A, explode (seed 000 §4.3).",
 )
 def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
     smallest = float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
@@ -189,8 +196,7 @@ def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsReso
     description="Every non-empty score bin holds at least min_items_per_bin items.",
 )
 def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
-    row = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
-    fewest = int(row["min_items_per_bin"][0]) if row.height else 0
+    fewest = min((int(r["min_items_per_bin"]) for r in _nc_rows(nc_ece_report)), default=0)
     return _at_least(fewest, settings.min_items_per_bin, "min_items_per_bin", dg.AssetCheckSeverity.WARN)
 
 
@@ -198,21 +204,23 @@ def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource
     asset=NC_ECE_REPORT,
     name=NC_ECE_WITHIN_LIMIT,
     description="The clinic's threshold: fails only when the evidence says NC-ECE exceeds nc_ece_limit, i.e. the "
-    "lower end of its 95% interval (channel refits included) is above the limit (settings.json).",
+    "lower end of its 95% interval (channel refits included) is above the limit (settings.json); for a "
+    "multi-class version, top-label or classwise.",
 )
 def nc_ece_within_limit(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
-    row = _nc_row(nc_ece_report)
-    low = row["ci_low"] if row["ci_low"] is not None else row["value"]  # no interval stored: the plug-in value
-    return dg.AssetCheckResult(
-        passed=bool(low <= settings.nc_ece_limit),
-        metadata={
-            "nc_ece": float(row["value"]),
-            "nc_ece_debiased": float(row["value_debiased"]) if row["value_debiased"] is not None else float("nan"),
-            "ci_low": float(low),
-            "ci_high": float(row["ci_high"]) if row["ci_high"] is not None else float("nan"),
-            "limit": settings.nc_ece_limit,
-        },
-    )
+    metadata: dict = {"limit": settings.nc_ece_limit}
+    passed = True
+    for row in _nc_rows(nc_ece_report):
+        low = row["ci_low"] if row["ci_low"] is not None else row["value"]  # no interval stored: the plug-in value
+        passed = passed and bool(low <= settings.nc_ece_limit)
+        prefix = "" if row["kind"] in (None, "binary") else f"{row['kind']}_"
+        metadata |= {
+            f"{prefix}nc_ece": float(row["value"]),
+            f"{prefix}nc_ece_debiased": _float(row["value_debiased"]),
+            f"{prefix}ci_low": float(low),
+            f"{prefix}ci_high": _float(row["ci_high"]),
+        }
+    return dg.AssetCheckResult(passed=passed, metadata=metadata)
 
 
 @dg.asset_check(
@@ -222,9 +230,12 @@ def nc_ece_within_limit(nc_ece_report: pl.DataFrame, settings: SettingsResource)
     "estimated channels and the observed missingness, channels refitted in every replicate; seed 000 §3).",
 )
 def calibration_test_not_rejected(nc_ece_report: pl.DataFrame) -> dg.AssetCheckResult:
-    row = _nc_row(nc_ece_report)
-    q95 = row["null_q95"] if row["null_q95"] is not None else float("nan")
-    return _p_value_check(row["p_value"], {"nc_ece": float(row["value"]), "null_q95": float(q95)})
+    rows = _nc_rows(nc_ece_report)  # multi-class: the kind with the smallest p-value speaks
+    ran = [r for r in rows if r["p_value"] is not None]
+    row = min(ran, key=lambda r: r["p_value"]) if ran else rows[0]
+    return _p_value_check(
+        row["p_value"], {"nc_ece": float(row["value"]), "null_q95": _float(row["null_q95"]), "kind": str(row["kind"])}
+    )
 
 
 def _assumption_check(name: str, prefix: str, description: str) -> dg.AssetChecksDefinition:

@@ -14,9 +14,10 @@ from assets.policy import BY_DATASET, BY_MODEL_VERSION, EAGER, MODEL_VERSION_COL
 from noisycal_platform.correctness import pipeline as correctness_pipeline
 from noisycal_platform.correctness.io import CorrectnessInputError
 from noisycal_platform.ingest import IngestError
-from noisycal_platform.io import InputError, read_predictions, read_reference_label_records
+from noisycal_platform.io import InputError, read_model_version, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
+from resources.settings import SettingsResource
 
 ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, CONFIRMATIONS, GENERATIONS, AUDIT_LABELS, IMAGES = (
     RAW.key(n)
@@ -69,13 +70,17 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 
 @RAW.asset(
     **BY_MODEL_VERSION,
-    description="Scores of one model version (models/<version>/predictions.csv|parquet), validated.",
+    description="Scores of one model version (models/<version>/predictions.csv|parquet: a score, or one p_<class> "
+    "column per class), validated, with each item's subgroups from items.csv (the version's folder or the home).",
 )
-def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistryResource) -> dg.Output[pl.DataFrame]:
+def predictions(
+    context: dg.AssetExecutionContext, model_registry: ModelRegistryResource, settings: SettingsResource
+) -> dg.Output[pl.DataFrame]:
     version = context.partition_key
     path = model_registry.predictions_file(version)
-    with failing_on(InputError, file=path):  # nothing is written for this version, earlier ones stay as they are
-        frame = read_predictions(path)
+    # nothing is written for this version, earlier ones stay as they are; the error names its file (or items.csv)
+    with failing_on(InputError):
+        frame = read_model_version(path, model_registry.items_file(version), tuple(settings.classes) or None)
     registered = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     frame = frame.with_columns(
         pl.lit(version).alias(MODEL_VERSION_COLUMN),
@@ -83,7 +88,13 @@ def predictions(context: dg.AssetExecutionContext, model_registry: ModelRegistry
     )
     return dg.Output(
         frame,
-        metadata={"rows": frame.height, "file": str(path), "mean_score": float(frame["score"].mean())},
+        metadata={
+            "rows": frame.height,
+            "file": str(path),
+            "n_classes": int(frame["n_classes"][0]),
+            "mean_score": float(frame["score"].mean()),
+            "items_with_subgroups": int((frame["subgroups"].list.len() > 0).sum()),
+        },
     )
 
 

@@ -19,7 +19,6 @@ from assets.policy import CLEANING, CORRECTNESS, MODEL_VERSION_COLUMN, MODEL_VER
 from assets.raw import IMAGES, REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
-from noisycal_platform.calibration.report import calibration_summary_markdown, render_calibration_report
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
@@ -176,24 +175,13 @@ def _built_versions(tables: dict[str, pl.DataFrame]) -> list[str]:
 
 
 def _version_page(tables: dict[str, pl.DataFrame], version: str, settings: SettingsResource) -> tuple[str, str]:
-    """(HTML report, markdown summary) of one model version."""
+    """(HTML report, markdown summary) of one model version (`calibration.pipeline.calibration_report`)."""
     t = {name: _of_version(frame, version) for name, frame in tables.items()}
-    matrix = cal.annotation_matrix(t["annotations"], t["predictions"].select("item_id", "score"))
-    html = render_calibration_report(
-        matrix,
-        t["channel_estimates"],
-        t["nc_ece_report"],
-        t["recalibrators"],
-        t["recalibration_report"],
-        t["reference_labels"] if t["reference_labels"].height else None,
-        model_version=version,
-        n_bins=settings.n_bins,
-        nc_ece_limit=settings.nc_ece_limit,
+    return cal.calibration_report(
+        t["annotations"], t["predictions"], t["reference_labels"], t["channel_estimates"], t["nc_ece_report"],
+        t["recalibrators"], t["recalibration_report"], model_version=version, n_bins=settings.n_bins,
+        nc_ece_limit=settings.nc_ece_limit, min_items_per_subgroup=settings.min_items_per_subgroup,
     )
-    summary = calibration_summary_markdown(
-        t["channel_estimates"], t["nc_ece_report"], t["recalibration_report"], model_version=version
-    )
-    return html, summary
 
 
 @REPORTS.asset(

@@ -16,16 +16,23 @@ from typing import Literal
 __all__ = [
     "ANNOTATIONS",
     "ANSWERS",
+    "BINARY_CLASSES",
+    "CLASS_PREFIX",
     "CONFIRMATION_FIELDS",
     "CONTRACTS",
     "ISSUE_TYPES",
+    "ITEMS",
     "MAX_ID_LENGTH",
     "PREDICTIONS",
+    "PROB_SUM_TOL",
     "REFERENCE_LABELS",
     "ROLES",
+    "STORED_ANNOTATIONS",
     "ColumnSpec",
     "Problem",
     "TableContract",
+    "annotation_contract",
+    "class_columns",
     "confirmation_log_problems",
     "confirmation_problem",
     "id_problem",
@@ -33,18 +40,20 @@ __all__ = [
     "validate_frame",
 ]
 
-Kind = Literal["id", "binary", "unit_float", "timestamp"]
+Kind = Literal["id", "binary", "class_label", "unit_float", "timestamp"]
 
 
 @dataclass(frozen=True)
 class ColumnSpec:
-    """One column: ``id`` = non-empty string; ``binary`` = integer 0 or 1; ``unit_float`` = finite float in
-    [0, 1]; ``timestamp`` = ISO-8601 date-time (stored as UTC)."""
+    """One column: ``id`` = non-empty string; ``binary`` = integer 0 or 1; ``class_label`` = one of ``values``
+    (the declared class names, compared as text); ``unit_float`` = finite float in [0, 1]; ``timestamp`` =
+    ISO-8601 date-time (stored as UTC)."""
 
     name: str
     kind: Kind
     required: bool = True
     description: str = ""
+    values: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +107,53 @@ REFERENCE_LABELS = TableContract(
 )
 
 CONTRACTS = {c.name: c for c in (ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS)}
+
+# ------------------------------------------------------------------------------------------ several classes
+#: The labels of a binary model. Annotation labels are stored twice in ``raw.annotations``: ``label_text``, the
+#: label as written (the text a class set is matched against), and ``label``, Int8 0/1 when the text is "0" or
+#: "1" and null otherwise (what the binary calibration path and the SQL models read, as before).
+BINARY_CLASSES = ("0", "1")
+#: A multi-class predictions file has one probability column ``p_<class>`` per class instead of ``score``.
+CLASS_PREFIX = "p_"
+PROB_SUM_TOL = 1e-6  # the per-row tolerance on Σ_c p_c = 1
+
+#: ``items.csv`` (``models/<version>/`` or the home): ``item_id`` plus any metadata columns (site, sex, ...),
+#: each a subgroup variable; every other column is kept as text.
+ITEMS = TableContract(
+    name="items",
+    columns=(ColumnSpec("item_id", "id", description="the item described"),),
+    unique_key=("item_id",),
+)
+
+#: ``raw.annotations`` as stored (what the blocking check runs): ``label`` may be null where ``label_text`` is a
+#: class name other than 0/1.
+STORED_ANNOTATIONS = TableContract(
+    name="annotations",
+    columns=(
+        ANNOTATIONS.columns[0],
+        ANNOTATIONS.columns[1],
+        ColumnSpec("label", "binary", required=False, description="label_text as 0/1 when it is 0 or 1"),
+        ColumnSpec("label_text", "id", description="the annotator's label as written"),
+        ANNOTATIONS.columns[3],
+    ),
+    unique_key=ANNOTATIONS.unique_key,
+)
+
+
+def annotation_contract(classes: tuple[str, ...] | None = None) -> TableContract:
+    """The annotation file contract: labels 0/1 (``classes`` None, the binary contract) or one of ``classes``
+    ∪ {0, 1} (labels of binary models stay valid beside multi-class ones)."""
+    if not classes:
+        return ANNOTATIONS
+    values = tuple(dict.fromkeys((*BINARY_CLASSES, *classes)))
+    label = ColumnSpec("label", "class_label", description="the annotator's label: a declared class", values=values)
+    return TableContract(ANNOTATIONS.name, (*ANNOTATIONS.columns[:2], label, ANNOTATIONS.columns[3]),
+                         ANNOTATIONS.unique_key)
+
+
+def class_columns(columns: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The class names of the ``p_<class>`` columns of a predictions header, in header order."""
+    return tuple(c[len(CLASS_PREFIX):] for c in columns if c.startswith(CLASS_PREFIX) and len(c) > len(CLASS_PREFIX))
 
 # ------------------------------------------------------------------------------------------------ ids
 MAX_ID_LENGTH = 256  # an id (item, annotator, answer, dataset) longer than this is a corrupt record

@@ -1,7 +1,9 @@
 """Bundled demo inputs, built from data shipped inside installed packages (no download), seeded bit for bit.
 
 - Calibration: scikit-learn's breast-cancer table, a predictor trained on one part and scored on the other,
-  three simulated annotators with class-conditional noise (seed 000 §6), a later model version and batch.
+  three simulated annotators with class-conditional noise (seed 000 §6), a later model version and batch; and a
+  ten-class version on scikit-learn's digits with asymmetric confusion matrices and two sites in items.csv, one
+  of them miscalibrated on purpose.
 - Cleaning: scikit-learn's digits, upscaled, with injected and recorded irrelevant images, near duplicates and
   flipped labels (``datasets/digits_demo/truth.json``); a model's scores for the cleaning-impact analysis;
   simulated expert and lay raters answering the exported confirmation queue in the confirmation tool's format.
@@ -118,11 +120,17 @@ def write_demo_confirmations(home: Path, dataset: str = DEMO_DATASET, seed: int 
 
 
 def write_demo_second_arrival(home: Path, seed: int = 0) -> dict[str, Path]:
-    """What arrives later: model version v2 and one more annotation batch (exercises both sensors)."""
-    from noisycal_platform.calibration.demo_data import write_demo_annotation_batch, write_demo_model_version
+    """What arrives later: model version v2, one more annotation batch (exercises both sensors) and the
+    ten-class digits version with its readers' batch and items.csv."""
+    from noisycal_platform.calibration.demo_data import (
+        write_demo_annotation_batch,
+        write_demo_model_version,
+        write_demo_multiclass_version,
+    )
 
     layout = HomeLayout.at(home)
     return {
         "model_version": write_demo_model_version(layout.home, version="v2", seed=seed),
         "annotation_batch": write_demo_annotation_batch(layout.home, name="batch_003", seed=seed),
+        **{f"multiclass_{k}": p for k, p in write_demo_multiclass_version(layout.home, seed=seed).items()},
     }

@@ -79,6 +79,7 @@ __all__ = [
     "IngestError",
     "IngestReport",
     "accepted_annotations",
+    "declared_classes",
     "fault_point",
     "ingest_annotation_batches",
     "ledger_entries",
@@ -304,8 +305,13 @@ def _quarantine_whole(layout: HomeLayout, path: Path, digest: str, reason: str, 
     report.quarantined.append(entry)
 
 
-def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -> IngestReport:
+def ingest_annotation_batches(
+    layout: HomeLayout, settle_seconds: float = 0.0, classes: tuple[str, ...] | None = None
+) -> IngestReport:
     """Ingest every pending batch once (see module docstring). Returns what happened to each file.
+
+    ``classes``: the declared class names (`declared_classes`); a label outside them (and outside 0/1) is a
+    rejected row. None: labels must be 0 or 1.
 
     Raises IngestError when a write fails (e.g. a full disk); every batch is then either committed or
     still in the inbox.
@@ -355,7 +361,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
                 report.repaired.append(prior)
                 continue
             try:
-                good, table, problems = read_annotation_records(path, data)
+                good, table, problems = read_annotation_records(path, data, classes)
             except InputError as exc:
                 _quarantine_whole(layout, path, digest, exc.safe, st, report)
                 continue
@@ -374,7 +380,7 @@ def ingest_annotation_batches(layout: HomeLayout, settle_seconds: float = 0.0) -
                 _quarantine_whole(layout, path, digest, _reason_text(path, problems, head), st, report)
                 continue
             at = _now()
-            frame = good.drop("row").with_columns(
+            frame = good.rename({"row": "source_row"}).with_columns(
                 pl.lit(path.name).alias("source_file"),
                 pl.lit(digest).alias("batch_sha256"),
                 pl.lit(datetime.fromisoformat(at)).dt.cast_time_unit("us").alias("ingested_at"),
@@ -416,15 +422,48 @@ ANNOTATION_SCHEMA = {
     "item_id": pl.String,
     "annotator_id": pl.String,
     "label": pl.Int8,
+    "label_text": pl.String,
     "timestamp": pl.Datetime("us", "UTC"),
     "source_file": pl.String,
+    "source_row": pl.Int64,
     "batch_sha256": pl.String,
     "ingested_at": pl.Datetime("us", "UTC"),
 }
 
 
+def _with_label_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """Archives written before class labels existed: ``label_text`` from the 0/1 label, ``source_row`` null."""
+    if "label_text" not in frame.columns:
+        frame = frame.with_columns(pl.col("label").cast(pl.String).alias("label_text"))
+    if "source_row" not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("source_row"))
+    return frame
+
+
+def declared_classes(layout: HomeLayout, settings_classes: list[str] | tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """The class names annotations may use beside 0/1: ``settings.json`` ``classes`` and the ``p_<class>``
+    columns of every model version's predictions header (only the header is read). None when there are none
+    (binary labels only, the contract as before)."""
+    from noisycal_platform.contracts import class_columns
+
+    names = list(settings_classes)
+    for version in layout.model_versions():
+        path = layout.predictions_file(version)
+        try:
+            if path.suffix.lower() == ".parquet":
+                header = pl.read_parquet_schema(path).keys()
+            else:
+                with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+                    header = next(csv.reader(fh), [])
+        except (OSError, StopIteration, pl.exceptions.PolarsError):
+            continue  # an unreadable file fails its own raw/predictions partition, with its reason
+        names += class_columns([h.strip().lstrip("\ufeff") for h in header])
+    return tuple(dict.fromkeys(names)) or None
+
+
 def accepted_annotations(layout: HomeLayout) -> pl.DataFrame:
-    """All accepted annotation rows, in ledger order, with ``source_file``, ``batch_sha256``, ``ingested_at``."""
+    """All accepted annotation rows, in ledger order, with ``label_text`` (the label as written),
+    ``source_file``, ``source_row`` (1-based data row in it), ``batch_sha256``, ``ingested_at``."""
     ledger = ledger_entries(layout)
     frames = []
     for h, e in ledger.items():
@@ -433,7 +472,7 @@ def accepted_annotations(layout: HomeLayout) -> pl.DataFrame:
         p = layout.archive / f"{h}.parquet"
         if not p.is_file():  # written and fsync'd before its ledger line: missing means it was removed
             raise IngestError(f"ledger entry for {e['file']} ({h[:12]}) has no archive file {p.name}")
-        frames.append(pl.read_parquet(p))
+        frames.append(_with_label_text(pl.read_parquet(p)))
     if not frames:
         return pl.DataFrame(schema=ANNOTATION_SCHEMA)
     return pl.concat([f.cast(ANNOTATION_SCHEMA) for f in frames], how="vertical").select(list(ANNOTATION_SCHEMA))

@@ -21,11 +21,17 @@ from pathlib import Path
 import polars as pl
 
 from noisycal_platform.contracts import (
-    ANNOTATIONS,
+    BINARY_CLASSES,
+    CLASS_PREFIX,
+    ITEMS,
     MAX_ID_LENGTH,
     PREDICTIONS,
+    PROB_SUM_TOL,
     REFERENCE_LABELS,
+    ColumnSpec,
     TableContract,
+    annotation_contract,
+    class_columns,
 )
 
 __all__ = [
@@ -41,6 +47,8 @@ __all__ = [
     "read_annotation_records",
     "read_annotations",
     "read_bytes_safely",
+    "read_items",
+    "read_model_version",
     "read_predictions",
     "read_reference_label_records",
     "read_reference_labels",
@@ -367,6 +375,21 @@ def read_table(path: str | Path) -> pl.DataFrame:
 
 
 _CONTROL = r"[\p{Cc}\p{Cf}]"
+LABEL_TEXT = "label_text"  # the label as written, beside ``label`` (0/1 or null): see contracts.BINARY_CLASSES
+
+
+def _label_text(col: pl.Series) -> pl.Series:
+    """A label column as text: strings stripped, integers (and integral floats) in decimal; other types are an
+    unsupported type (TypeError)."""
+    if col.dtype == pl.String:
+        return col.str.strip_chars()
+    if col.dtype.is_integer():
+        return col.cast(pl.String)
+    if col.dtype.is_float():
+        integral = col.is_finite() & (col == col.floor())
+        as_int = col.cast(pl.Int64, strict=False).cast(pl.String)
+        return pl.select(pl.when(integral).then(as_int).otherwise(col.cast(pl.String))).to_series().alias(col.name)
+    raise TypeError
 
 
 def _column_checks(path: Path, df: pl.DataFrame, contract: TableContract) -> tuple[dict, list]:
@@ -408,6 +431,16 @@ def _column_checks(path: Path, df: pl.DataFrame, contract: TableContract) -> tup
                     out[spec.name] = f.fill_nan(None).cast(pl.Int8, strict=False)
                 else:
                     raise TypeError
+            elif spec.kind == "class_label":
+                text = _label_text(col)
+                allowed = list(spec.values)
+                empty = text.is_null() | (text.str.len_chars() == 0)
+                checks.append((empty, spec.name, f"{spec.name} must not be empty"))
+                checks.append((~text.is_in(allowed), spec.name, f"{spec.name} must be one of the declared classes "
+                               f"{allowed} (settings.json 'classes' or the p_<class> columns of the predictions)"))
+                binary = dict(zip(BINARY_CLASSES, (0, 1), strict=True))
+                out[spec.name] = text.replace_strict(binary, default=None, return_dtype=pl.Int8)
+                out[LABEL_TEXT] = text
             elif spec.kind == "unit_float":
                 if col.dtype == pl.String:
                     f = col.str.strip_chars().cast(pl.Float64, strict=False)
@@ -502,24 +535,31 @@ def validate_records(table: RawTable, contract: TableContract) -> tuple[pl.DataF
     return good, [first[r] for r in sorted(first)]
 
 
-def read_annotations(path: str | Path) -> pl.DataFrame:
+def read_annotations(path: str | Path, classes: tuple[str, ...] | None = None) -> pl.DataFrame:
     """Annotation batch -> ``item_id`` (str), ``annotator_id`` (str), ``label`` (Int8 0/1), ``timestamp``
-    (UTC datetime, null when absent). Contract: :data:`noisycal_platform.contracts.ANNOTATIONS`."""
+    (UTC datetime, null when absent). Contract: :data:`noisycal_platform.contracts.ANNOTATIONS`; with declared
+    ``classes`` (`contracts.annotation_contract`) also ``label_text``, and ``label`` is null for a class name."""
     path = Path(path)
-    frame = _validate(path, read_table(path), ANNOTATIONS)
+    frame = _validate(path, read_table(path), annotation_contract(classes))
     if "timestamp" not in frame.columns:
         frame = frame.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("timestamp"))
-    return frame.select("item_id", "annotator_id", "label", "timestamp")
+    return frame.select("item_id", "annotator_id", "label", *([LABEL_TEXT] if classes else []), "timestamp")
 
 
-def read_annotation_records(path: str | Path, data: bytes | None = None) -> tuple[pl.DataFrame, RawTable, list]:
-    """Record-level reading of an annotation batch: (valid rows as :func:`read_annotations` plus their data
-    ``row``, the parsed table, one :class:`RowProblem` per bad row). File-level problems raise InputError."""
+def read_annotation_records(
+    path: str | Path, data: bytes | None = None, classes: tuple[str, ...] | None = None
+) -> tuple[pl.DataFrame, RawTable, list]:
+    """Record-level reading of an annotation batch: (valid rows as :func:`read_annotations` plus ``label_text``
+    and their data ``row``, the parsed table, one :class:`RowProblem` per bad row). ``classes``: the declared
+    class names (labels 0/1 stay valid; see `contracts.annotation_contract`); None = binary labels only.
+    File-level problems raise InputError."""
     table = parse_table(path, data)
-    good, problems = validate_records(table, ANNOTATIONS)
+    good, problems = validate_records(table, annotation_contract(classes))
     if "timestamp" not in good.columns:
         good = good.with_columns(pl.lit(None, dtype=pl.Datetime("us", "UTC")).alias("timestamp"))
-    return good.select("item_id", "annotator_id", "label", "timestamp", "row"), table, problems
+    if LABEL_TEXT not in good.columns:
+        good = good.with_columns(pl.col("label").cast(pl.String).alias(LABEL_TEXT))
+    return good.select("item_id", "annotator_id", "label", LABEL_TEXT, "timestamp", "row"), table, problems
 
 
 def read_reference_label_records(path: str | Path) -> tuple[pl.DataFrame, list[RowProblem]]:
@@ -529,10 +569,119 @@ def read_reference_label_records(path: str | Path) -> tuple[pl.DataFrame, list[R
     return good.select("item_id", "label"), problems
 
 
-def read_predictions(path: str | Path) -> pl.DataFrame:
-    """Model scores -> ``item_id`` (str), ``score`` (Float64 in [0, 1]). Contract: ``PREDICTIONS``."""
+def read_predictions(path: str | Path, classes: tuple[str, ...] | None = None) -> pl.DataFrame:
+    """Model scores -> ``item_id`` (str), ``score`` (Float64 in [0, 1]). Contract: ``PREDICTIONS``.
+
+    A file with ``p_<class>`` columns instead of ``score`` is a multi-class model: -> ``item_id``, ``score`` (the
+    top-label confidence max_c p_c) and one Float64 ``p_<class>`` column per class, in the order of ``classes``
+    (settings.json) when given, else of the header. Each p_ column lies in [0, 1] and every row sums to 1 within
+    ``PROB_SUM_TOL``; a declared class without its column, or a column for an undeclared class, is an error."""
     path = Path(path)
-    return _validate(path, read_table(path), PREDICTIONS).select("item_id", "score")
+    raw = read_table(path)
+    found = class_columns(raw.columns)
+    if not found and not classes:
+        return _validate(path, raw, PREDICTIONS).select("item_id", "score")
+    if "score" in raw.columns:
+        raise InputError(path, "has both a 'score' column and p_<class> columns; use one or the other",
+                         column="score")
+    names = tuple(classes) if classes else found
+    for c in names:
+        if c not in found:
+            raise InputError(path, f"missing probability column for declared class {c!r}",
+                             column=f"{CLASS_PREFIX}{c}")
+    extra = [c for c in found if c not in names]
+    if extra:
+        raise InputError(path, f"probability column for class {extra[0]!r}, which settings.json 'classes' does not "
+                         f"declare ({list(names)})", column=f"{CLASS_PREFIX}{extra[0]}")
+    if len(names) < 2:
+        raise InputError(path, "a multi-class predictions file needs at least two p_<class> columns",
+                         column=f"{CLASS_PREFIX}{names[0]}")
+    cols = [f"{CLASS_PREFIX}{c}" for c in names]
+    contract = TableContract(
+        PREDICTIONS.name,
+        (PREDICTIONS.columns[0], *(ColumnSpec(c, "unit_float") for c in cols)),
+        PREDICTIONS.unique_key,
+    )
+    frame = _validate(path, raw, contract).select("item_id", *cols)
+    dev = (frame.select(pl.sum_horizontal(cols)).to_series() - 1.0).abs()
+    bad = dev > PROB_SUM_TOL
+    if bad.any():
+        idx = int(bad.arg_true()[0])
+        raise InputError(
+            path, f"probabilities do not sum to 1 (tolerance {PROB_SUM_TOL}); {int(bad.sum())} row(s) affected",
+            row=idx + 1, column=f"{cols[0]}..{cols[-1]}", detail=f"sum {1.0 + float(dev[idx]):.9g}",
+        )
+    return frame.select("item_id", pl.max_horizontal(cols).alias("score"), *cols)
+
+
+def read_items(path: str | Path) -> pl.DataFrame:
+    """``items.csv``: ``item_id`` plus metadata columns -> long ``item_id``, ``subgroup_column``,
+    ``subgroup_value`` (text; an empty or null value puts the item in no subgroup of that column). Contract
+    ``ITEMS``: a repeated ``item_id`` is an error naming both rows."""
+    path = Path(path)
+    raw = read_table(path)
+    ids = _validate(path, raw.select(ITEMS.required), ITEMS)
+    meta = [c for c in raw.columns if c != "item_id"]
+    if not meta:
+        raise InputError(path, "has no metadata column besides item_id (nothing to report subgroups of)")
+    wide = ids.with_columns(
+        (_label_text(raw[c]) if raw[c].dtype == pl.String or raw[c].dtype.is_numeric() else raw[c].cast(pl.String))
+        .alias(c)
+        for c in meta
+    )
+    return (
+        wide.unpivot(index="item_id", on=meta, variable_name="subgroup_column", value_name="subgroup_value")
+        .filter(pl.col("subgroup_value").is_not_null() & (pl.col("subgroup_value") != ""))
+        .sort("subgroup_column", "subgroup_value", "item_id")
+    )
+
+
+#: ``raw.predictions`` beyond item_id and score: binary files keep ``score`` and leave ``classes``/``probabilities``
+#: null; ``subgroups`` holds the item's (column, value) pairs from items.csv (empty without one).
+SUBGROUP_TYPE = pl.List(pl.Struct({"column": pl.String, "value": pl.String}))
+MODEL_VERSION_COLUMNS = {
+    "item_id": pl.String,
+    "score": pl.Float64,
+    "n_classes": pl.Int64,
+    "classes": pl.List(pl.String),
+    "probabilities": pl.List(pl.Float64),
+    "subgroups": SUBGROUP_TYPE,
+}
+
+
+def read_model_version(
+    predictions: str | Path, items: str | Path | None = None, classes: tuple[str, ...] | None = None
+) -> pl.DataFrame:
+    """One model version as stored in ``raw.predictions`` (columns ``MODEL_VERSION_COLUMNS``): the validated
+    predictions (:func:`read_predictions`; ``n_classes`` 2 for a ``score`` file) joined with the subgroups of
+    ``items`` (:func:`read_items`). Any violation in either file raises InputError (nothing is returned)."""
+    frame = read_predictions(predictions, classes)
+    cols = [c for c in frame.columns if c.startswith(CLASS_PREFIX)]
+    if cols:
+        names = [c[len(CLASS_PREFIX):] for c in cols]
+        frame = frame.select(
+            "item_id", "score", pl.lit(len(cols), dtype=pl.Int64).alias("n_classes"),
+            pl.lit(names, dtype=pl.List(pl.String)).alias("classes"),
+            pl.concat_list(cols).alias("probabilities"),
+        )
+    else:
+        frame = frame.with_columns(
+            pl.lit(2, dtype=pl.Int64).alias("n_classes"),
+            pl.lit(None, dtype=pl.List(pl.String)).alias("classes"),
+            pl.lit(None, dtype=pl.List(pl.Float64)).alias("probabilities"),
+        )
+    if items is None:
+        groups = pl.DataFrame(schema={"item_id": pl.String, "subgroups": SUBGROUP_TYPE})
+    else:
+        groups = (
+            read_items(items)
+            .group_by("item_id")
+            .agg(pl.struct(column="subgroup_column", value="subgroup_value").alias("subgroups"))
+        )
+    frame = frame.join(groups, on="item_id", how="left", maintain_order="left")
+    return frame.with_columns(pl.col("subgroups").fill_null(pl.lit([], dtype=SUBGROUP_TYPE))).cast(
+        MODEL_VERSION_COLUMNS
+    ).select(list(MODEL_VERSION_COLUMNS))
 
 
 def read_reference_labels(path: str | Path) -> pl.DataFrame:

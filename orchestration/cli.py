@@ -139,10 +139,13 @@ def cmd_query(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from noisycal_platform import io
+    from noisycal_platform import contracts, io
+    from noisycal_platform.ingest import declared_classes
+    from resources.settings import load_settings
 
+    classes = declared_classes(HomeLayout.at(args.home), load_settings(args.home).classes)  # the home's classes
     reader = {
-        "annotations": io.read_annotations,
+        "annotations": lambda f: io.read_annotations(f, classes),
         "predictions": io.read_predictions,
         "references": io.read_reference_labels,
     }[args.kind]
@@ -151,9 +154,9 @@ def cmd_validate(args) -> int:
     except io.InputError as exc:
         print(f"INVALID {exc}", file=sys.stderr)
         return 2
-    from noisycal_platform import contracts
-
     contract = contracts.CONTRACTS[{"references": "reference_labels"}.get(args.kind, args.kind)]
+    if args.kind == "annotations" and classes:
+        contract = contracts.STORED_ANNOTATIONS  # class names: label_text holds them, label 0/1 where it applies
     outcome = contracts.validate_frame(frame, contract)
     if not outcome["success"]:
         print(f"INVALID {args.file}: Great Expectations contract failed: {outcome['failed']}", file=sys.stderr)

@@ -5,8 +5,9 @@
    partitions are added and the raw assets load; then every asset is materialised for every partition.
 3. Simulated expert and lay raters answer the exported confirmation queue in the web tool's format; the
    confirmation sensor ingests the answers and the eager automation reruns what lies downstream.
-4. Model version v2 and a further annotation batch arrive; the sensors and automation run the calibration
-   assets for v2 and rerun v1 on the new annotations.
+4. Model version v2, a further annotation batch and the ten-class digits version (its readers' batch and
+   items.csv with two sites) arrive; the sensors and automation run the calibration assets for v2 and digits and
+   rerun v1 on the new annotations.
 5. A summary names the warehouse, the reports and the headline numbers; the exit code is 0 only if every run
    succeeded and every asset exists for every partition.
 """
@@ -77,16 +78,26 @@ def _missing_materializations(home: Path) -> list[str]:
 def _headlines(layout: HomeLayout) -> list[str]:
     lines = []
     with duckdb.connect(str(layout.warehouse), read_only=True) as con:
-        for version, value, lo, hi in con.execute(
-            "SELECT model_version, value, ci_low, ci_high FROM calibration.nc_ece_report "
-            "WHERE estimator = 'nc_ece' ORDER BY model_version"
+        for version, kind, value, lo, hi in con.execute(
+            "SELECT model_version, kind, value, ci_low, ci_high FROM calibration.nc_ece_report "
+            "WHERE estimator = 'nc_ece' ORDER BY model_version, kind DESC"
         ).fetchall():
-            lines.append(f"NC-ECE {version}: {value:.4f} (95% CI {lo:.4f}–{hi:.4f})")
-        for version, value in con.execute(
-            "SELECT model_version, value FROM calibration.nc_ece_report WHERE estimator = 'naive_majority_vote' "
-            "ORDER BY model_version"
+            ci = f"95% CI {lo:.4f}–{hi:.4f}" if lo is not None else "no interval"
+            lines.append(f"NC-ECE {version}{'' if kind == 'binary' else ' ' + kind}: {value:.4f} ({ci})")
+        for version, kind, col, val, value, p_holm, flagged in con.execute(
+            "SELECT model_version, kind, subgroup_column, subgroup_value, value, p_value_holm, flagged "
+            "FROM calibration.nc_ece_report WHERE estimator = 'nc_ece_subgroup' AND status = 'ok' "
+            "ORDER BY model_version, subgroup_column, subgroup_value, kind DESC"
         ).fetchall():
-            lines.append(f"naive ECE under majority vote {version}: {value:.4f}")
+            verdict = "FLAGGED" if flagged else "not flagged"
+            p_text = f"Holm p {p_holm:.3g}" if p_holm is not None else "no test"
+            lines.append(f"subgroup {version} {col}={val} {kind}: NC-ECE {value:.4f}, {p_text}, {verdict}")
+        for version, kind, value in con.execute(
+            "SELECT model_version, kind, value FROM calibration.nc_ece_report WHERE estimator = 'naive_majority_vote' "
+            "ORDER BY model_version, kind DESC"
+        ).fetchall():
+            shown = version if kind == "binary" else f"{version} {kind}"
+            lines.append(f"naive ECE under majority vote {shown}: {value:.4f}")
         for ranking, issue, auroc in con.execute(
             "SELECT ranking, issue_type, auroc FROM cleaning.ranking_vs_truth ORDER BY issue_type, ranking"
         ).fetchall():
@@ -126,7 +137,7 @@ def run_demo(home: Path, fresh: bool = False, seed: int = 0) -> int:
     failures += _report("confirmations ingested, downstream rerun", tick(layout.home), started)
 
     demo_inputs.write_demo_second_arrival(layout.home, seed=seed)
-    print(f"[{time.perf_counter() - started:6.1f}s] model version v2 and annotation batch_003 arrived")
+    print(f"[{time.perf_counter() - started:6.1f}s] model versions v2 and digits (10 classes), batch_003 arrived")
     failures += _report("new model version and batch processed", tick(layout.home), started)
 
     missing = _missing_materializations(layout.home)

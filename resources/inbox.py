@@ -10,6 +10,7 @@ import polars as pl
 from noisycal_platform.ingest import (
     IngestReport,
     accepted_annotations,
+    declared_classes,
     ingest_annotation_batches,
     ledger_entries,
     pending_annotation_files,
@@ -53,7 +54,8 @@ class InboxResource(HomeResource):
         return out
 
     def ingest_annotations(self) -> IngestReport:
-        return ingest_annotation_batches(self.layout, self.settle_seconds)
+        classes = declared_classes(self.layout, load_settings(self.layout.home).classes)
+        return ingest_annotation_batches(self.layout, self.settle_seconds, classes)
 
     def annotations(self) -> pl.DataFrame:
         return accepted_annotations(self.layout)

@@ -18,6 +18,16 @@ class ModelRegistryResource(HomeResource):
     def predictions_file(self, version: str) -> Path:
         return self.layout.predictions_file(version)
 
+    def items_file(self, version: str) -> Path | None:
+        """The subgroup metadata of ``version``: ``models/<version>/items.csv|parquet``, else the home's
+        ``items.csv|parquet``; None when neither exists."""
+        for folder in (self.layout.models / version, self.layout.home):
+            for ext in ("csv", "parquet"):
+                p = folder / f"items.{ext}"
+                if p.is_file() or p.is_symlink():
+                    return p
+        return None
+
     def cleaning_scores_file(self, dataset: str) -> tuple[str, Path] | None:
         """Newest version folder (by name order) that scored ``dataset``: ``models/<v>/cleaning/<dataset>.csv``.
 

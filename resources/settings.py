@@ -28,6 +28,12 @@ class SettingsResource(dg.ConfigurableResource):
     nc_ece_limit: float = 0.10  # NC-ECE above this -> failed check
     min_channel_gap: float = 0.05  # statistical guard: a channel gap near 0 makes NC-ECE explode
     min_items_per_bin: int = 5  # statistical guard on the binned estimates
+    # class names for multi-class models, in index order (else taken from the predictions' p_<class> columns)
+    classes: list[str] = Field(default_factory=list)
+    min_items_per_subgroup: int = Field(default=200, ge=1)  # a smaller subgroup is listed as too small, not computed
+    # replicates per side of each subgroup's calibration test (p-values resolve to 1/(R+1): Holm over m subgroups
+    # at 5% needs R > 20·m)
+    n_bootstrap_subgroups: int = Field(default=200, ge=0)
     # cleaning (seed 001)
     encoder_preset: str = "demo"  # demo | paper | ham_cpu
     # numeric EncoderConfig fields to override on the preset, e.g. {"epochs": 20}

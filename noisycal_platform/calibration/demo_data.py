@@ -28,9 +28,12 @@ import polars as pl
 
 __all__ = [
     "DEMO_CHANNELS",
+    "DIGITS_VERSION",
+    "digits_confusion",
     "write_demo_annotation_batch",
     "write_demo_calibration_inputs",
     "write_demo_model_version",
+    "write_demo_multiclass_version",
 ]
 
 DEMO_CHANNELS: dict[str, tuple[float, float]] = {  # annotator_id: (fpr a_j, fnr b_j)
@@ -142,3 +145,64 @@ def write_demo_annotation_batch(home: Path, name: str = "batch_003", seed: int =
         raise ValueError(f"name must be a plain file stem, got {name!r}")
     ann, held = _annotations(seed)
     return _write_csv(ann.filter(pl.Series(held)), Path(home) / "inbox" / "annotations" / f"{name}.csv")
+
+
+# ------------------------------------------------------------------------------------------ several classes
+#: The multi-class demo version: scikit-learn's digits (10 classes), a logistic regression trained on part of
+#: them, three simulated readers whose confusion matrices are not symmetric (each confuses a digit with a
+#: particular other one, not the other way round), and items.csv with two sites, the second one's
+#: probabilities tempered (softmax(log p / T), T = 2.5): an under-confident model there, on purpose.
+DIGITS_VERSION = "digits"
+DIGITS_N_TRAIN = 597
+DIGITS_TEMPER = 2.5
+#: reader: (probability of a wrong answer, digit offset of its usual confusion y -> (y + offset) mod 10)
+DIGITS_READERS: dict[str, tuple[float, int]] = {"reader_1": (0.12, 1), "reader_2": (0.18, 3), "reader_3": (0.08, 7)}
+DIGITS_SITES = ("north", "south")  # "south" is the miscalibrated subgroup
+
+
+def digits_confusion(error: float, offset: int, n_classes: int = 10) -> np.ndarray:
+    """T[y, a] = P(answer a | digit y): 1 − error on the diagonal, 0.75·error on (y + offset) mod C, the rest
+    spread evenly over the other digits (so T[y, y+offset] ≠ T[y+offset, y]: not symmetric)."""
+    t = np.full((n_classes, n_classes), 0.25 * error / (n_classes - 2))
+    y = np.arange(n_classes)
+    t[y, y] = 1.0 - error
+    t[y, (y + offset) % n_classes] = 0.75 * error
+    return t
+
+
+def _digits(seed: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(item ids, probabilities (n, 10) as written, true digits, site index) of the scored digits."""
+    from scipy.special import softmax
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = load_digits(return_X_y=True)
+    perm = np.random.default_rng([seed, 7]).permutation(len(y))
+    tr, te = np.sort(perm[:DIGITS_N_TRAIN]), np.sort(perm[DIGITS_N_TRAIN:])
+    model = LogisticRegression(C=20.0, max_iter=5000).fit(x[tr] / 16.0, y[tr])
+    p = model.predict_proba(x[te] / 16.0)
+    site = np.random.default_rng([seed, 8]).integers(0, 2, len(te))
+    tempered = softmax(np.log(np.clip(p, 1e-12, 1.0)) / DIGITS_TEMPER, axis=1)
+    p = np.where(site[:, None] == 1, tempered, p)
+    return [f"dg-{r:04d}" for r in te], p, y[te], site
+
+
+def write_demo_multiclass_version(home: Path, version: str = DIGITS_VERSION, seed: int = 0) -> dict[str, Path]:
+    """models/<version>/predictions.csv (item_id, p_0..p_9), models/<version>/items.csv (item_id, site) and
+    inbox/annotations/<version>_001.csv (three readers, every item, labels "0".."9")."""
+    home = Path(home)
+    ids, p, y, site = _digits(seed)
+    pred = pl.DataFrame({"item_id": ids, **{f"p_{c}": p[:, c] for c in range(p.shape[1])}})
+    items = pl.DataFrame({"item_id": ids, "site": [DIGITS_SITES[s] for s in site]})
+    rng = np.random.default_rng([seed, 9])
+    frames = []
+    for name, (error, offset) in DIGITS_READERS.items():
+        cum = digits_confusion(error, offset).cumsum(axis=1)[y]
+        answer = np.minimum((rng.random(len(y))[:, None] > cum).sum(axis=1), 9)
+        frames.append(pl.DataFrame({"item_id": ids, "annotator_id": name, "label": answer.astype(str)}))
+    folder = home / "models" / version
+    return {
+        "predictions": _write_csv(pred, folder / "predictions.csv"),
+        "items": _write_csv(items, folder / "items.csv"),
+        "annotations": _write_csv(pl.concat(frames), home / "inbox" / "annotations" / f"{version}_001.csv"),
+    }

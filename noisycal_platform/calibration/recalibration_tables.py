@@ -17,14 +17,9 @@ import numpy as np
 import polars as pl
 
 from .channels import NotIdentifiableError, estimate_channels
+from .multiclass.recalibration import MulticlassRecalibrator
 from .nc_ece import binned_ece, corrected_labels
-from .recalibration import (
-    RECALIBRATION_METHODS,
-    Recalibrator,
-    UnboundedObjectiveError,
-    fit_recalibrator,
-    naive_targets,
-)
+from .recalibration import RECALIBRATION_METHODS, Recalibrator, UnboundedObjectiveError, fit_recalibrator, naive_targets
 from .tables import AnnotationMatrix, _as_channel_table, _require
 from .weights import WEIGHT_RULES, resolve_weights
 
@@ -179,11 +174,16 @@ def recalibrators_table(
     return pl.DataFrame([{c: r.get(c) for c in RECALIBRATORS_SCHEMA} for r in rows], schema=RECALIBRATORS_SCHEMA)
 
 
-def recalibrators_from_table(df: pl.DataFrame) -> dict[str, Recalibrator]:
-    """name → `Recalibrator` for the rows with status "ok"."""
+def _recalibrator_from_dict(d: dict[str, Any]) -> Recalibrator | MulticlassRecalibrator:
+    cls = MulticlassRecalibrator if d.get("format") == MulticlassRecalibrator.FORMAT else Recalibrator
+    return cls.from_dict(d)
+
+
+def recalibrators_from_table(df: pl.DataFrame) -> dict[str, Recalibrator | MulticlassRecalibrator]:
+    """name → `Recalibrator` (or `MulticlassRecalibrator`, by its format) for the rows with status "ok"."""
     _require(df, "recalibrators", ("name", "status", "params_json"))
     return {
-        name: Recalibrator.from_dict(json.loads(p))
+        name: _recalibrator_from_dict(json.loads(p))
         for name, status, p in zip(df["name"], df["status"], df["params_json"], strict=True)
         if status == "ok"
     }

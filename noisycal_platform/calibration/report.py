@@ -25,6 +25,8 @@ __all__ = [
     "calibration_verdict",
     "recommended_recalibrator",
     "render_calibration_report",
+    "render_multiclass_report",
+    "subgroup_section",
 ]
 
 
@@ -142,8 +144,11 @@ def render_calibration_report(
     model_version: str = "",
     n_bins: int = 15,
     nc_ece_limit: float | None = None,
+    predictions: pl.DataFrame | None = None,
+    min_items: int | None = None,
 ) -> str:
-    """Self-contained HTML: verdict, channel table, NC-ECE vs naive ECEs, reliability diagrams, recalibration.
+    """Self-contained HTML: verdict, channel table, NC-ECE vs naive ECEs, reliability diagrams, recalibration,
+    and (``predictions`` with items.csv subgroups) one row and one reliability diagram per subgroup.
 
     Verdict: `calibration_verdict` against ``nc_ece_limit`` and `recommended_recalibrator`. Reliability diagram 1
     (all scored items): per bin, mean corrected label (NC), soft vote (naive) and the reference label where
@@ -287,6 +292,13 @@ def render_calibration_report(
         refused = recalibrators.filter(pl.col("status") != "ok")
         if refused.height:
             parts += ["<h3>Refused fits</h3>", _html_table(refused, ["name", "status", "message"])]
+    if predictions is not None:
+
+        def curve(col: str, val: str) -> tuple[np.ndarray, np.ndarray]:
+            m = _mask_of(matrix.item_ids, predictions, col, val)
+            return _bin_curve(s[m], ytil[m], n_bins)[:2]
+
+        parts += subgroup_section(nc_ece_report, curve, n_bins, min_items)
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -313,20 +325,182 @@ def calibration_summary_markdown(
 ) -> str:
     """Short markdown for Dagster metadata: NC-ECE with CI, naive ECEs, channels, best recalibrator."""
     lines = [f"**Model {model_version}**" if model_version else "**Calibration**"]
-    nc = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
-    if nc.height:
-        r = nc.row(0, named=True)
-        lines.append(f"- NC-ECE: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})")
+    kind_of = (lambda r: "" if r.get("kind") in (None, "binary") else f" {r['kind']}")  # noqa: E731
+    for r in nc_ece_report.filter(pl.col("estimator") == "nc_ece").iter_rows(named=True):
+        lines.append(f"- NC-ECE{kind_of(r)}: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, "
+                     f"n={r['n_items']})")
         if r.get("p_value") is not None:
             lines.append(f"- debiased {_fmt(r['value_debiased'])}; calibration test p = {_fmt(r['p_value'])}")
-    for r in nc_ece_report.filter(pl.col("estimator") != "nc_ece").iter_rows(named=True):
+    for r in nc_ece_report.filter(pl.col("estimator").str.starts_with("naive_")).iter_rows(named=True):
         who = r["annotator_id"] or r["estimator"].removeprefix("naive_")
-        lines.append(f"- naive ECE ({who}): {_fmt(r['value'])}")
-    lines += ["", "| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
-    for r in channel_table.iter_rows(named=True):
-        lines.append(f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |")
+        lines.append(f"- naive ECE{kind_of(r)} ({who}): {_fmt(r['value'])}")
+    for r in nc_ece_report.filter(pl.col("flagged").fill_null(False) if "flagged" in nc_ece_report.columns
+                                  else pl.lit(False)).iter_rows(named=True):
+        lines.append(f"- FLAGGED subgroup{kind_of(r)}: {r['subgroup_column']} = {r['subgroup_value']} "
+                     f"(NC-ECE {_fmt(r['value'])}, Holm p = {_fmt(r['p_value_holm'])})")
+    if channel_table["fpr"].null_count() == channel_table.height:  # confusion matrices: one gap per annotator
+        lines += ["", "| annotator | gap (smallest singular value) |", "|---|---|"]
+        for r in channel_table.unique("annotator_id", maintain_order=True).iter_rows(named=True):
+            lines.append(f"| {r['annotator_id']} | {r['gap']:.4f} |")
+    else:
+        lines += ["", "| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
+        for r in channel_table.iter_rows(named=True):
+            lines.append(
+                f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |"
+            )
     if recalibration_report is not None and recalibration_report.height:
         col = "ece" if recalibration_report["ece"].null_count() < recalibration_report.height else "nc_ece"
         best = recalibration_report.sort(col, nulls_last=True).row(0, named=True)
         lines += ["", f"Best on held-out {col}: **{best['name']}** ({_fmt(best[col])})"]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ subgroups, several classes
+def _subgroup_status(row: dict[str, Any]) -> str:
+    if row["status"] == "too_small":
+        return "too small: not computed"
+    if row.get("flagged"):
+        return "FLAGGED: miscalibrated (Holm-adjusted p < 0.05)"
+    if row.get("p_value_holm") is None:
+        return "no test"
+    return "consistent with calibration"
+
+
+def subgroup_section(
+    nc_ece_report: pl.DataFrame, curve: Any, n_bins: int, min_items: int | None = None
+) -> list[str]:
+    """HTML for the subgroup rows (estimator "nc_ece_subgroup"): one table row per subgroup and kind (NC-ECE,
+    interval, p-value, Holm-adjusted p-value, verdict; too-small subgroups listed as such) and one reliability
+    diagram per computed subgroup, ``curve(column, value)`` → (mean prediction, mean corrected label) per bin;
+    flagged subgroups are named in the diagram's title."""
+    rows = nc_ece_report.filter(pl.col("estimator") == "nc_ece_subgroup") if "kind" in nc_ece_report.columns else None
+    if rows is None or rows.height == 0:
+        return []
+    rows = rows.with_columns(
+        pl.Series("verdict", [_subgroup_status(r) for r in rows.iter_rows(named=True)], dtype=pl.String)
+    )
+    flagged = rows.filter(pl.col("flagged").fill_null(False))
+    small = rows.filter(pl.col("status") == "too_small").unique(["subgroup_column", "subgroup_value"],
+                                                               maintain_order=True)
+    parts = [
+        "<h2>Subgroups (items.csv)</h2>",
+        "<p><b>Flagged subgroups:</b> "
+        + (html.escape(", ".join(f"{r['subgroup_column']} = {r['subgroup_value']} ({r['kind']})"
+                                 for r in flagged.iter_rows(named=True))) or "none")
+        + ".</p>",
+        _html_table(rows, ["subgroup_column", "subgroup_value", "kind", "n_items", "value", "value_debiased",
+                           "ci_low", "ci_high", "p_value", "p_value_holm", "verdict"]),
+        "<p class='note'>Each subgroup's NC-ECE and calibration test use the whole version's annotator channels, "
+        "held fixed (channels are annotator properties; the noise model takes them to be the same for every "
+        "item). Holm's step-down correction runs across all subgroups of one kind; a subgroup is flagged when "
+        "its adjusted p-value is below 0.05."
+        + (f" Subgroups with fewer than {min_items} annotated items are listed, not computed." if min_items else "")
+        + "</p>",
+    ]
+    if small.height:
+        parts.append("<p><b>Too small (not computed):</b> " + html.escape(", ".join(
+            f"{r['subgroup_column']} = {r['subgroup_value']} ({r['n_items']} items)"
+            for r in small.iter_rows(named=True))) + ".</p>")
+    ok = rows.filter(pl.col("status") == "ok").unique(["subgroup_column", "subgroup_value"], maintain_order=True)
+    for r in ok.iter_rows(named=True):
+        col, val = r["subgroup_column"], r["subgroup_value"]
+        x, y = curve(col, val)
+        bad = flagged.filter((pl.col("subgroup_column") == col) & (pl.col("subgroup_value") == val)).height > 0
+        title = f"{col} = {val}" + (" — FLAGGED (miscalibrated)" if bad else "") + f" ({n_bins} bins)"
+        fig = _reliability_figure([(title, [("noise-corrected label (NC)", x, y, "o-")])])
+        parts += [f"<h3>{html.escape(title)}</h3>",
+                  f"<img alt='reliability diagram {html.escape(col)} = {html.escape(val)}' src='{fig}'>"]
+    return parts
+
+
+def _mask_of(item_ids: tuple[str, ...], predictions: pl.DataFrame, column: str, value: str) -> np.ndarray:
+    from .subgroups import subgroup_masks
+
+    for col, val, mask in subgroup_masks(item_ids, predictions):
+        if (col, val) == (column, value):
+            return mask
+    return np.zeros(len(item_ids), bool)
+
+
+def render_multiclass_report(
+    cm: Any,
+    ct: Any,
+    channel_table: pl.DataFrame,
+    nc_ece_report: pl.DataFrame,
+    predictions: pl.DataFrame,
+    recalibration_report: pl.DataFrame | None = None,
+    model_version: str = "",
+    n_bins: int = 15,
+    nc_ece_limit: float | None = None,
+    min_items: int | None = None,
+) -> str:
+    """Self-contained HTML for a multi-class version: the verdict for top-label and classwise NC-ECE (each with
+    its interval and test), the confusion matrices, NC-ECE beside the naive ECEs, the top-label reliability
+    diagram (confidence max_c p_c against the corrected indicator of the predicted class) and the subgroups."""
+    from .multiclass import corrected_onehot, naive_onehot
+
+    ct = ct.for_matrix(cm)
+    y = corrected_onehot(cm.values, ct.confusion, weights=ct.weights)
+    soft = naive_onehot(cm.values, len(cm.classes), "soft_vote")
+    rows = np.arange(len(cm.item_ids))
+    pred = cm.probs.argmax(axis=1)
+    conf = cm.probs[rows, pred]
+
+    def top_curve(mask: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _bin_curve(conf[mask], target[rows, pred][mask], n_bins)[:2]
+
+    everyone = np.ones(len(rows), bool)
+    fig = _reliability_figure([(
+        f"model {model_version}: top-label reliability ({n_bins} bins)",
+        [("noise-corrected label (NC)", *top_curve(everyone, y), "o-"),
+         ("soft vote (naive)", *top_curve(everyone, soft), "s--")],
+    )])
+    overall = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>Calibration report {html.escape(model_version)}</title>",
+        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
+        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;"
+        "text-align:right}th{background:#f3f3f3}img{border:1px solid #eee;margin:4px}"
+        ".note{color:#555;font-size:13px}</style></head><body>",
+        f"<h1>Calibration report — model {html.escape(model_version)} ({len(cm.classes)} classes)</h1>",
+        "<h2>Verdict</h2>",
+    ]
+    for r in overall.iter_rows(named=True):
+        label = "Top-label" if r["kind"] == "top_label" else "Classwise"
+        parts.append(f"<p><b>{label} NC-ECE against the clinic's limit:</b> "
+                     f"{html.escape(calibration_verdict(r, nc_ece_limit))}.</p>")
+        parts.append(_test_sentence(r).replace("<b>Calibration test:</b>", f"<b>{label} calibration test:</b>"))
+    parts += [
+        f"<p class='note'>{len(cm.item_ids)} scored items, {len(cm.annotator_ids)} annotators, classes "
+        f"{html.escape(', '.join(cm.classes))}; {cm.n_scored_unannotated} scored items without annotation "
+        "(excluded). Corrected one-hot labels Ỹ = T_j^{-T} e_(A_j) (backward correction, Patrini et al. 2017) "
+        "combined over annotators with per-class inverse-variance weights; top-label NC-ECE bins the confidence "
+        "max_c p_c against Ỹ of the predicted class (Guo et al. 2017), classwise NC-ECE averages one binned "
+        "NC-ECE per class (Kull et al. 2019); seed 000 §3 per class.</p>",
+        "<h2>Calibration error: noise-corrected vs naive</h2>",
+        _html_table(nc_ece_report.filter(pl.col("estimator") != "nc_ece_subgroup"),
+                    ["estimator", "kind", "annotator_id", "value", "value_debiased", "ci_low", "ci_high",
+                     "p_value", "n_items", "min_items_per_bin"]),
+        f"<img alt='top-label reliability diagram' src='{fig}'>",
+        "<h2>Annotator confusion matrices</h2>",
+        "<p class='note'>T_j[y, a] = P(annotator j answers a | true class y), multi-class Dawid–Skene; gap = "
+        "smallest singular value of T_j.</p>",
+    ]
+    for j, a in enumerate(ct.annotator_ids):
+        t = pl.DataFrame({"true class": list(cm.classes),
+                          **{f"→ {c}": ct.confusion[j, :, k] for k, c in enumerate(cm.classes)}})
+        gap = channel_table.filter(pl.col("annotator_id") == a)["gap"][0]
+        parts += [f"<h3>{html.escape(a)} (gap {_fmt(gap)})</h3>", _html_table(t)]
+    parts += subgroup_section(
+        nc_ece_report,
+        lambda col, val: top_curve(_mask_of(cm.item_ids, predictions, col, val), y),
+        n_bins,
+        min_items,
+    )
+    if recalibration_report is not None and recalibration_report.height:
+        parts += ["<h2>Recalibration (held-out items, top-label)</h2>",
+                  _html_table(recalibration_report, ["name", "method", "corrected", "n_eval", "nc_ece",
+                                                     "naive_soft_vote_ece", "regime"])]
+    parts.append("</body></html>")
+    return "\n".join(parts)

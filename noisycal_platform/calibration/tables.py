@@ -23,6 +23,7 @@ __all__ = [
     "AnnotationMatrix",
     "ChannelTable",
     "annotation_matrix",
+    "calibration_test_columns",
     "channel_estimates_table",
     "channels_from_table",
     "nc_ece_bins_table",
@@ -130,6 +131,11 @@ CHANNEL_TABLE_SCHEMA = {
     "weight_rule": pl.Utf8,
     "n_bins": pl.Int64,
     "min_items_per_bin": pl.Int64,
+    # several classes (`class_tables`): one row per (annotator, true_class, answered_class); null for binary
+    "n_classes": pl.Int64,
+    "true_class": pl.Utf8,
+    "answered_class": pl.Utf8,
+    "probability": pl.Float64,
 }
 
 NC_ECE_REPORT_SCHEMA = {
@@ -150,6 +156,16 @@ NC_ECE_REPORT_SCHEMA = {
     "channels_refit": pl.Boolean,
     "n_unidentified": pl.Int64,
     "seed": pl.Int64,
+    # "binary" (the score's NC-ECE), or "top_label" / "classwise" for a multi-class version
+    "kind": pl.Utf8,
+    "n_classes": pl.Int64,
+    # subgroup rows (estimator "nc_ece_subgroup", `subgroups`): the items.csv column and value, status
+    # ("ok" or "too_small"), Holm-adjusted p-value across the version's subgroups of one kind, flagged = p_holm < α
+    "subgroup_column": pl.Utf8,
+    "subgroup_value": pl.Utf8,
+    "status": pl.Utf8,
+    "p_value_holm": pl.Float64,
+    "flagged": pl.Boolean,
 }
 
 
@@ -211,6 +227,7 @@ def channel_estimates_table(
         "weight_rule": weights,
         "n_bins": int(n_bins),
         "min_items_per_bin": _min_items_per_bin(matrix.scores, matrix.values, n_bins),
+        "n_classes": 2,
     }
     rows = [
         {
@@ -325,6 +342,20 @@ def nc_ece_calibration_test(
     return calibration_test(matrix.scores, matrix.values, fitted=ct.as_fit(matrix), **kw)
 
 
+def calibration_test_columns(test: CalibrationTest) -> dict[str, Any]:
+    """The report columns a calibration test fills: value_debiased, ci_low/ci_high, p_value, null_q95,
+    channels_refit, n_unidentified (replicates of either side whose refit was not identified)."""
+    return {
+        "value_debiased": test.nc_ece_debiased,
+        "ci_low": test.ci_low,
+        "ci_high": test.ci_high,
+        "p_value": test.p_value,
+        "null_q95": test.null_q95,
+        "channels_refit": test.channels_refit,
+        "n_unidentified": test.n_unidentified_boot + test.n_unidentified_null,
+    }
+
+
 def nc_ece_report_table(
     matrix: AnnotationMatrix,
     channel_table: Any,
@@ -351,7 +382,8 @@ def nc_ece_report_table(
     s = matrix.scores
     n = s.size
     b = bin_index(s, n_bins)
-    common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed}
+    common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed, "kind": "binary",
+              "n_classes": 2}
     ct = _as_channel_table(channel_table)
     chans, w = ct.for_matrix(matrix)
     point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
@@ -366,16 +398,7 @@ def nc_ece_report_table(
     }
     if n_bootstrap:
         test = nc_ece_calibration_test(matrix, ct, n_bins, n_bootstrap, ci_level, seed)
-        nc_row.update(
-            value=test.nc_ece,
-            value_debiased=test.nc_ece_debiased,
-            ci_low=test.ci_low,
-            ci_high=test.ci_high,
-            p_value=test.p_value,
-            null_q95=test.null_q95,
-            channels_refit=test.channels_refit,
-            n_unidentified=test.n_unidentified_boot + test.n_unidentified_null,
-        )
+        nc_row.update(value=test.nc_ece, **calibration_test_columns(test))
     rows = [nc_row]
     naive = [
         ("naive_majority_vote", None, naive_targets(matrix.values, "majority_vote")),

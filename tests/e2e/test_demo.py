@@ -74,6 +74,7 @@ def test_noisycal_demo_runs_everything(tmp_path):
         "index.html",
         "calibration/v1.html",
         "calibration/v2.html",
+        "calibration/digits.html",
         "cleaning.html",
         "correctness.html",
     ):
@@ -86,7 +87,13 @@ def test_noisycal_demo_runs_everything(tmp_path):
             r[0]
             for r in con.execute("select distinct model_version from calibration.nc_ece_report order by 1").fetchall()
         ]
-        assert versions == ["v1", "v2"]
+        assert versions == ["digits", "v1", "v2"]
+        # the demo's miscalibrated site is flagged after Holm's correction (top-label NC-ECE)
+        flagged = con.execute(
+            "select subgroup_value from calibration.nc_ece_report where model_version = 'digits' and flagged "
+            "and kind = 'top_label'"
+        ).fetchall()
+        assert flagged == [("south",)]
         n_answers = con.execute("select count(*) from raw.confirmations").fetchone()[0]
         files = list((home / "inbox" / "confirmations").glob("*.jsonl"))
         assert n_answers == sum(len(f.read_text().splitlines()) for f in files)
