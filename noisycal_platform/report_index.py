@@ -87,15 +87,23 @@ def read_statuses(reports: Path) -> list[StageStatus]:
 def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFrame:
     """Per model version: NC-ECE with its interval and the verdict against ``limit`` (:func:`report_html.ci_verdict`:
     within when the whole 95% interval is at or below the limit, above when it is wholly above, else not
-    enough evidence). Columns model_version, nc_ece, ci_low, ci_high, verdict."""
-    schema = {"model_version": pl.String, "nc_ece": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
-              "verdict": pl.String}
+    enough evidence). Columns model_version, kind ("" for a binary version, "top-label" / "classwise" for the two
+    rows of a multi-class one), nc_ece, ci_low, ci_high, verdict. Subgroup rows are left to the version's page."""
+    schema = {"model_version": pl.String, "kind": pl.String, "nc_ece": pl.Float64, "ci_low": pl.Float64,
+              "ci_high": pl.Float64, "verdict": pl.String}
     need = {"model_version", "estimator", "value", "ci_low", "ci_high"}
     if nc_ece_report.height == 0 or not need <= set(nc_ece_report.columns):
         return pl.DataFrame(schema=schema)
-    nc = nc_ece_report.filter(pl.col("estimator") == "nc_ece").sort("model_version")
+    nc = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
+    if "subgroup_value" in nc.columns:
+        nc = nc.filter(pl.col("subgroup_value").is_null())
+    kind = pl.col("kind").fill_null("binary") if "kind" in nc.columns else pl.lit("binary")
+    nc = nc.with_columns(
+        pl.when(kind == "binary").then(pl.lit("")).otherwise(kind.str.replace("_", "-")).alias("_kind")
+    ).sort("model_version", "_kind", descending=[False, True])
     rows = [
-        {"model_version": r["model_version"], "nc_ece": r["value"], "ci_low": r["ci_low"], "ci_high": r["ci_high"],
+        {"model_version": r["model_version"], "kind": r["_kind"], "nc_ece": r["value"], "ci_low": r["ci_low"],
+         "ci_high": r["ci_high"],
          "verdict": rh.ci_verdict(r["value"], r["ci_low"], r["ci_high"], limit)}
         for r in nc.iter_rows(named=True)
     ]
@@ -104,12 +112,13 @@ def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFr
 
 def _verdict_sentence(r: Mapping, limit: float) -> str:
     est = rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])
+    model = f"model {r['model_version']}" + (f" ({r['kind']})" if r.get("kind") else "")
     v = r["verdict"]
     if v == "within":
-        return f"model {r['model_version']}: within the limit {limit:g} (NC-ECE {est})"
+        return f"{model}: within the limit {limit:g} (NC-ECE {est})"
     if v == "above":
-        return f"model {r['model_version']}: above the limit {limit:g} (NC-ECE {est})"
-    return f"model {r['model_version']}: not enough evidence against the limit {limit:g} (NC-ECE {est})"
+        return f"{model}: above the limit {limit:g} (NC-ECE {est})"
+    return f"{model}: not enough evidence against the limit {limit:g} (NC-ECE {est})"
 
 
 def calibration_verdict_lines(verdicts: pl.DataFrame, limit: float) -> list[str]:
@@ -127,7 +136,8 @@ def render_calibration_overview(
     """``reports/calibration.html``: one row per built model version (NC-ECE, interval, verdict, link)
     and the registered versions without a report, each with the reason."""
     rows = [
-        {"model version": f"<a href='calibration/{rh.esc(r['model_version'])}.html'>{rh.esc(r['model_version'])}</a>",
+        {"model version": f"<a href='calibration/{rh.esc(r['model_version'])}.html'>{rh.esc(r['model_version'])}</a>"
+         + (f" ({rh.esc(r['kind'])})" if r.get("kind") else ""),
          "NC-ECE (95% CI)": rh.esc(rh.fmt_ci(r["nc_ece"], r["ci_low"], r["ci_high"])),
          f"against the limit {limit:g}": rh.esc(r["verdict"])}
         for r in verdicts.iter_rows(named=True)

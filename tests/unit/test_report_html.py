@@ -158,6 +158,28 @@ def test_calibration_verdicts_against_the_limit():
     assert lines[0] == "model a: within the limit 0.1 (NC-ECE 0.030 (95% CI 0.020–0.040))"
 
 
+def test_multiclass_version_gets_one_verdict_per_kind_and_subgroups_stay_off_the_overview():
+    from noisycal_platform import report_index as ri
+
+    rep = pl.DataFrame({
+        "model_version": ["d", "d", "d", "v"],
+        "estimator": ["nc_ece"] * 4,
+        "kind": ["top_label", "classwise", "top_label", "binary"],
+        "subgroup_value": [None, None, "south", None],
+        "value": [0.11, 0.02, 0.21, 0.05],
+        "ci_low": [0.10, 0.01, 0.18, 0.01],
+        "ci_high": [0.12, 0.03, 0.24, 0.07],
+    })
+    v = ri.calibration_verdicts(rep, limit=0.05)
+    assert v.select("model_version", "kind").rows() == [("d", "top-label"), ("d", "classwise"), ("v", "")]
+    assert v["verdict"].to_list() == ["above", "within", "not enough evidence"]
+    lines = ri.calibration_verdict_lines(v, 0.05)
+    assert lines[0].startswith("model d (top-label): above the limit 0.05")
+    assert lines[2].startswith("model v: not enough evidence")
+    html = ri.render_calibration_overview(v, [], limit=0.05)
+    assert html.count("href='calibration/d.html'") == 2 and "(classwise)" in html
+
+
 def test_index_shows_verdict_freshness_missing_and_unbuilt_stages(tmp_path):
     from noisycal_platform import report_index as ri
 
