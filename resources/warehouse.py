@@ -107,7 +107,9 @@ def _as_declared(asset_key: dg.AssetKey, obj: pl.DataFrame, names: list[str]) ->
 def _replace(
     con: duckdb.DuckDBPyConnection, asset_key: dg.AssetKey, obj: pl.DataFrame, column: str | None, keys: list[str]
 ) -> None:
-    """Replace the table (unpartitioned) or the ``keys`` slice of ``column`` with ``obj``; caller commits."""
+    """Replace the table (unpartitioned) or the ``keys`` slice of ``column`` with ``obj``; caller commits.
+    A partitioned table whose asset gained columns (an upgrade) gets them added, NULL in its other partitions;
+    any other change of columns while other partitions are stored is an error."""
     schema, table, qualified = _table(asset_key)
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
     con.register("noisycal_frame", obj.to_arrow())
@@ -118,6 +120,13 @@ def _replace(
         con.execute(f"DELETE FROM {qualified} WHERE {_ident(column)} IN (SELECT unnest(?))", [keys])
         existing = [r[0] for r in con.execute(f"DESCRIBE {qualified}").fetchall()]
         if existing == obj.columns:
+            con.execute(f"INSERT INTO {qualified} BY NAME SELECT * FROM noisycal_frame")
+            return
+        if set(existing) < set(obj.columns):  # columns added by an upgrade: older partitions read them as NULL
+            types = dict(con.execute("SELECT column_name, column_type FROM (DESCRIBE SELECT * FROM noisycal_frame)")
+                         .fetchall())
+            for name in (c for c in obj.columns if c not in existing):
+                con.execute(f"ALTER TABLE {qualified} ADD COLUMN {_ident(name)} {types[name]}")
             con.execute(f"INSERT INTO {qualified} BY NAME SELECT * FROM noisycal_frame")
             return
         if con.execute(f"SELECT count(*) FROM {qualified}").fetchone()[0]:

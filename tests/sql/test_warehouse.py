@@ -1,6 +1,6 @@
 """The warehouse IO manager: it adds the partition column, replaces a slice in one transaction (a failing write
-leaves the old rows), loads a table that does not exist yet as an empty frame with the declared columns, and
-refuses a frame whose columns differ from the declaration."""
+leaves the old rows), loads a table that does not exist yet as an empty frame with the declared columns, adds
+the columns an upgraded asset gained, and refuses a frame whose columns differ from the declaration."""
 
 import dagster as dg
 import duckdb
@@ -64,6 +64,23 @@ def test_a_frame_with_other_columns_is_refused_and_the_table_kept(tmp_path):
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
     assert "declares" in str(failure)
     assert _rows(tmp_path)["x"].to_list() == [1]
+
+
+def test_columns_added_by_an_upgrade_read_as_null_in_older_partitions(tmp_path):
+    @STAGE.asset(name="values", schema={"x": pl.Int64()})
+    def values() -> pl.DataFrame:
+        return pl.DataFrame({"x": [1]})
+
+    assert _run(tmp_path, [values], "a").success
+
+    @STAGE.asset(name="values", schema={"x": pl.Int64(), "kind": pl.String()})
+    def values_upgraded() -> pl.DataFrame:
+        return pl.DataFrame({"x": [2], "kind": ["top_label"]})
+
+    assert _run(tmp_path, [values_upgraded], "b").success
+    rows = _rows(tmp_path)
+    assert rows.select("part", "x", "kind").rows() == [("a", 1, None), ("b", 2, "top_label")]
+    assert rows.schema["kind"] == pl.String
 
 
 def test_a_missing_table_loads_empty_with_its_declared_columns(tmp_path):
