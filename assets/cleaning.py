@@ -23,6 +23,7 @@ from noisycal_platform.cleaning.sensitivity import SENSITIVITY_SCHEMA
 from noisycal_platform.confirm_app.queue import write_snapshot
 from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.compute import ComputeResource
+from resources.executor import kernel_client
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -116,15 +117,18 @@ def embeddings(
     ssl_encoder: pl.DataFrame,
     inbox: InboxResource,
     compute: ComputeResource,
+    settings: SettingsResource,
 ):
     encoder = ssl_encoder.row(0, named=True)
-    frame, hit = cp.embeddings_table(
-        images,
-        encoder,
-        inbox.layout.cache / "embeddings",
-        device=compute.torch_device(),
-        timed=lambda label, n, fn: timed(context, label, n, fn),
-    )
+    with kernel_client(settings) as client:
+        frame, hit = cp.embeddings_table(
+            images,
+            encoder,
+            inbox.layout.cache / "embeddings",
+            device=compute.torch_device(),
+            timed=lambda label, n, fn: timed(context, label, n, fn),
+            client=client,
+        )
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
     meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
             "encoder_sha256": encoder["sha256"]}
@@ -155,8 +159,9 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
     "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
 )
 def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> dg.Output:
-    frame = cp.near_duplicate_rankings(images, embeddings, settings.near_duplicate_top_k,
-                                       rerank=settings.near_duplicate_rerank, k=settings.near_duplicate_k)
+    with kernel_client(settings) as client:
+        frame = cp.near_duplicate_rankings(images, embeddings, settings.near_duplicate_top_k, client=client,
+                                           rerank=settings.near_duplicate_rerank, k=settings.near_duplicate_k)
     return dg.Output(frame, metadata={"pairs_per_kind": settings.near_duplicate_top_k,
                                       "reranked": settings.near_duplicate_rerank})
 
@@ -167,8 +172,9 @@ def rank_near_duplicates(images: pl.DataFrame, embeddings: pl.DataFrame, setting
     description="Label-error ranking: d_diff² / (d_same² + d_diff²) with the nearest same-label and "
     "different-label neighbours, ascending, per embedding kind (seed 001 §3.3).",
 )
-def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
-    return cp.label_error_table(images, embeddings)
+def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> pl.DataFrame:
+    with kernel_client(settings) as client:
+        return cp.label_error_table(images, embeddings, client)
 
 
 # ------------------------------------------------------------------------------------------- confirmation
