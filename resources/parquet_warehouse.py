@@ -15,10 +15,11 @@ Layout under ``root`` (a local path or an fsspec URL such as ``file:///srv/wh`` 
   the reports and notebooks keep reading ``warehouse.duckdb`` with DuckDB;
 - **object stores** (``s3://`` and any other non-local fsspec root): DuckDB reads them through the root's fsspec
   filesystem, registered on the connection (``DuckDBPyConnection.register_filesystem``; :func:`connect_views`
-  for readers), so DuckDB's ``httpfs`` extension is not needed (it is not installed offline). Registration is
-  per connection, not stored in ``warehouse.duckdb``: a reader that opens the file itself registers the
-  filesystem or loads ``httpfs``. Credentials and endpoint come from fsspec's usual sources (for S3:
-  ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for a non-AWS endpoint);
+  for readers, :class:`ParquetViewsResource` for the SQL models), so DuckDB's ``httpfs`` extension is not
+  needed (it is not installed offline). Registration is per connection, not stored in ``warehouse.duckdb``: a
+  reader that opens the file itself registers the filesystem or loads ``httpfs``. Credentials and endpoint come
+  from fsspec's usual sources (for S3: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``
+  for a non-AWS endpoint);
 - the per-write rules of the DuckDB warehouse (partition column added, declared column order, declared schema
   for missing tables) are the same functions (``resources.warehouse``); tables that are not Parquet-backed
   (the SQL models write DuckDB tables) are read from ``warehouse.duckdb`` as before.
@@ -26,10 +27,11 @@ Layout under ``root`` (a local path or an fsspec URL such as ``file:///srv/wh`` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -37,6 +39,7 @@ import dagster as dg
 import duckdb
 import fsspec
 import polars as pl
+from dagster_duckdb import DuckDBResource
 
 from resources.warehouse import (
     COLUMN_SCHEMA,
@@ -50,6 +53,7 @@ from resources.warehouse import (
 )
 
 __all__ = [
+    "ParquetViewsResource",
     "ParquetWarehouseIOManager",
     "connect_views",
     "export_parquet",
@@ -285,3 +289,15 @@ def parquet_warehouse_io_manager(database: Path, root: str | Path) -> ParquetWar
     """IO manager writing ``root`` (Parquet files) with views in ``database`` (``warehouse.duckdb``)."""
     return ParquetWarehouseIOManager(database=str(database), root=str(root))
 
+
+
+class ParquetViewsResource(DuckDBResource):
+    """``DuckDBResource`` (the SQL models' ``warehouse``) whose connections can read the views' files under a
+    non-local ``root`` (:func:`register_root`)."""
+
+    root: str
+
+    @contextlib.contextmanager
+    def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with super().get_connection() as con:
+            yield register_root(con, self.root)

@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 
 from resources.parquet_warehouse import (
+    ParquetViewsResource,
     ParquetWarehouseIOManager,
     connect_views,
     partition_file,
@@ -79,7 +80,9 @@ def test_io_manager_round_trip_and_views_read_s3(tmp_path, root):
         (sql,) = con.execute("select sql from duckdb_views() where view_name = 'scores'").fetchone()
     assert f"s3://{root.removeprefix('s3://')}/calibration/scores/*.parquet" in sql
     _write(manager, "v2", _frame("v2", 3, 2), assets=(scores, scores_seen))  # downstream loads v2's s3 object
-    seen = _s3_view(tmp_path, root, "select * from calibration.scores_seen order by item")
+    views = ParquetViewsResource(database=str(tmp_path / "warehouse.duckdb"), root=root)  # the SQL models'
+    with views.get_connection() as con:
+        seen = con.execute("select * from calibration.scores_seen order by item").pl()
     assert seen.equals(_s3_view(tmp_path, root, "select * from calibration.scores where model_version = 'v2' "
                                 "order by item"))
 
