@@ -23,6 +23,7 @@ import numpy as np
 from noisycal_platform.cleaning.rankings import rank_label_errors, rank_near_duplicates
 from noisycal_platform.cleaning.rankings.row_blocks import blocked_label_error_scores, blocked_near_duplicates
 from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
+from noisycal_platform.cleaning.sharded_embeddings import sharded_embeddings
 
 __all__ = ["ROW_BLOCKS", "SHARD_ROWS", "dino_embeddings", "label_errors", "near_duplicates"]
 
@@ -58,7 +59,6 @@ def dino_embeddings(
     if client is None:
         return embed(model, images)
     pixels = np.asarray(images.numpy() if hasattr(images, "numpy") else images, dtype=np.uint8)
-    from noisycal_platform.cleaning.sharded_embeddings import sharded_embeddings
 
     Path(scratch).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".shards-", dir=scratch) as tmp:
