@@ -24,6 +24,7 @@ from noisycal_platform.confirm_app.queue import write_snapshot
 from noisycal_platform.ingest import read_confirmation_records
 from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.compute import ComputeResource
+from resources.executor import kernel_client
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -118,16 +119,19 @@ def embeddings(
     ssl_encoder: pl.DataFrame,
     inbox: InboxResource,
     compute: ComputeResource,
+    settings: SettingsResource,
 ):
     encoder = ssl_encoder.row(0, named=True)
     compute.apply_threads()  # torch intra-op threads of the frozen encoder's forward pass (0 = torch default)
-    frame, hit = cp.embeddings_table(
-        images,
-        encoder,
-        inbox.layout.cache / "embeddings",
-        device=compute.torch_device(),
-        timed=lambda label, n, fn: timed(context, label, n, fn),
-    )
+    with kernel_client(settings) as client:
+        frame, hit = cp.embeddings_table(
+            images,
+            encoder,
+            inbox.layout.cache / "embeddings",
+            device=compute.torch_device(),
+            timed=lambda label, n, fn: timed(context, label, n, fn),
+            client=client,
+        )
     dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
     meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
             "encoder_sha256": encoder["sha256"]}
@@ -163,8 +167,9 @@ def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame
     answers = cp.answers_from_records(read_confirmation_records(inbox.layout)[0].drop("line").to_dicts())
     depth = queue_depth(answers, context.partition_key, "near_duplicate", initial=settings.near_duplicate_top_k,
                         n_stop=_n_stop(settings))
-    frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
-                                       k=settings.near_duplicate_k)
+    with kernel_client(settings) as client:
+        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
+                                           k=settings.near_duplicate_k, client=client)
     return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": settings.near_duplicate_rerank})
 
 
@@ -174,8 +179,9 @@ def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame
     description="Label-error ranking: d_diff² / (d_same² + d_diff²) with the nearest same-label and "
     "different-label neighbours, ascending, per embedding kind (seed 001 §3.3).",
 )
-def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
-    return cp.label_error_table(images, embeddings)
+def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> pl.DataFrame:
+    with kernel_client(settings) as client:
+        return cp.label_error_table(images, embeddings, client)
 
 
 # ------------------------------------------------------------------------------------------- confirmation

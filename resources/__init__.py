@@ -14,22 +14,26 @@ from resources.warehouse import warehouse_io_manager, warehouse_resource
 __all__ = ["build_resources"]
 
 
-def _io_manager(layout: HomeLayout, settings: SettingsResource) -> object:
-    """The DuckDB warehouse (default) or, with ``"warehouse": "parquet"``, Parquet files plus DuckDB views."""
+def _io_manager(layout: HomeLayout, settings: SettingsResource) -> tuple[object, object]:
+    """(IO manager, SQL models' connection): the DuckDB warehouse (default) or, with ``"warehouse": "parquet"``,
+    Parquet files plus DuckDB views (connections that can read a non-local root)."""
     if settings.warehouse == "parquet":
-        from resources.parquet_warehouse import parquet_warehouse_io_manager
+        from resources.parquet_warehouse import ParquetViewsResource, parquet_warehouse_io_manager
 
-        return parquet_warehouse_io_manager(layout.warehouse, settings.warehouse_root or layout.home / "warehouse")
-    return warehouse_io_manager(layout.warehouse)
+        root = str(settings.warehouse_root or layout.home / "warehouse")
+        views = ParquetViewsResource(database=str(layout.warehouse), root=root)
+        return parquet_warehouse_io_manager(layout.warehouse, root), views
+    return warehouse_io_manager(layout.warehouse), warehouse_resource(layout.warehouse)
 
 
 def build_resources(home: str | Path) -> dict[str, object]:
     """Every resource the assets use, rooted at one ``$NOISYCAL_HOME`` (created if missing)."""
     layout = HomeLayout.at(home).ensure()
     settings = load_settings(layout.home)
+    io_manager, warehouse = _io_manager(layout, settings)
     resources: dict[str, object] = {
-        "io_manager": _io_manager(layout, settings),
-        "warehouse": warehouse_resource(layout.warehouse),
+        "io_manager": io_manager,
+        "warehouse": warehouse,
         "inbox": InboxResource(home=str(layout.home)),
         "model_registry": ModelRegistryResource(home=str(layout.home)),
         "compute": ComputeResource(threads=settings.torch_threads),

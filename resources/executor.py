@@ -10,6 +10,12 @@
 
 ``dagster-dask`` and ``distributed`` are the optional ``scale`` extra: imported only when ``dask`` is chosen.
 
+:func:`kernel_client` hands a step's data-parallel kernels (near duplicates, label errors, embeddings) a Dask
+client only with ``dask``: inside a step on a worker, ``distributed.worker_client`` (the step's task secedes
+from the worker's thread pool while its kernel tasks run, so two steps waiting on kernel tasks cannot starve
+the cluster); outside a worker, a client of ``dask_scheduler`` when one is set; otherwise none (the
+single-process kernels).
+
 Two fixes over dagster-dask 0.29.27, both in :class:`_OpaqueRun`, which the executor hands out in place of the
 run record: (1) the record goes to ``Client.submit`` as a plain argument, and dask's task spec (2024.12 and later)
 walks every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so
@@ -21,14 +27,17 @@ steps; the wrapper's job name, used only for those keys, carries the run id.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+from collections.abc import Iterator
+from typing import Any
 
 import dagster as dg
 
 from resources.settings import SettingsResource
 
-__all__ = ["EXECUTORS", "dask_cluster_config", "executor_for"]
+__all__ = ["EXECUTORS", "dask_cluster_config", "executor_for", "kernel_client"]
 
 EXECUTORS = ("in_process", "multiprocess", "dask")
 
@@ -106,3 +115,24 @@ def executor_for(settings: SettingsResource) -> dg.ExecutorDefinition:
     if settings.executor == "dask":
         return _dask_executor(settings)
     raise ValueError(f"unknown executor {settings.executor!r}; known: {list(EXECUTORS)}")
+
+
+@contextlib.contextmanager
+def kernel_client(settings: SettingsResource) -> Iterator[Any]:
+    """A Dask client for a step's data-parallel kernels, or ``None`` (see module docstring)."""
+    if settings.executor != "dask":
+        yield None
+        return
+    import distributed
+
+    try:
+        distributed.get_worker()
+    except ValueError:  # not inside a Dask task
+        if not settings.dask_scheduler:
+            yield None
+            return
+        with distributed.Client(settings.dask_scheduler) as client:
+            yield client
+        return
+    with distributed.worker_client() as client:
+        yield client

@@ -13,6 +13,13 @@ Layout under ``root`` (a local path or an fsspec URL such as ``file:///srv/wh`` 
   ``CREATE VIEW <stage>.<table> AS SELECT * FROM read_parquet('<root>/<stage>/<table>/*.parquet',
   union_by_name = true)``; the glob sees later partitions without a refresh, so the UI, the SQL models,
   the reports and notebooks keep reading ``warehouse.duckdb`` with DuckDB;
+- **object stores** (``s3://`` and any other non-local fsspec root): DuckDB reads them through the root's fsspec
+  filesystem, registered on the connection (``DuckDBPyConnection.register_filesystem``; :func:`connect_views`
+  for readers, :class:`ParquetViewsResource` for the SQL models), so DuckDB's ``httpfs`` extension is not
+  needed (it is not installed offline). Registration is per connection, not stored in ``warehouse.duckdb``: a
+  reader that opens the file itself registers the filesystem or loads ``httpfs``. Credentials and endpoint come
+  from fsspec's usual sources (for S3: ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``
+  for a non-AWS endpoint);
 - the per-write rules of the DuckDB warehouse (partition column added, declared column order, declared schema
   for missing tables) are the same functions (``resources.warehouse``); tables that are not Parquet-backed
   (the SQL models write DuckDB tables) are read from ``warehouse.duckdb`` as before.
@@ -20,10 +27,11 @@ Layout under ``root`` (a local path or an fsspec URL such as ``file:///srv/wh`` 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,6 +39,7 @@ import dagster as dg
 import duckdb
 import fsspec
 import polars as pl
+from dagster_duckdb import DuckDBResource
 
 from resources.warehouse import (
     COLUMN_SCHEMA,
@@ -44,12 +53,15 @@ from resources.warehouse import (
 )
 
 __all__ = [
+    "ParquetViewsResource",
     "ParquetWarehouseIOManager",
+    "connect_views",
     "export_parquet",
     "parquet_warehouse_io_manager",
     "partition_columns",
     "partition_file",
     "refresh_views",
+    "register_root",
     "write_partition",
 ]
 
@@ -72,6 +84,21 @@ def _fs(root: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
     return "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+
+def register_root(con: duckdb.DuckDBPyConnection, root: str) -> duckdb.DuckDBPyConnection:
+    """Let ``con`` read a non-local ``root`` through its fsspec filesystem (module docstring); ``con``."""
+    fs, _ = _fs(root)
+    if not _is_local(fs) and not set(fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)) & set(
+        con.list_filesystems()
+    ):
+        con.register_filesystem(fs)
+    return con
+
+
+def connect_views(database: str | Path, root: str, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection to ``database`` (``warehouse.duckdb``) whose views can read the files under ``root``."""
+    return register_root(duckdb.connect(str(database), read_only=read_only), root)
 
 
 def _table_dir(root: str, schema: str, table: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -117,6 +144,7 @@ def _glob_sql(root: str, schema: str, table: str) -> str:
 
 def _create_view(con: duckdb.DuckDBPyConnection, root: str, schema: str, table: str, replace_tables: bool) -> None:
     qualified = f"{_ident(schema)}.{_ident(table)}"
+    register_root(con, root)  # binding the view reads the files' schema
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(schema)}")
     kind = con.execute(
         "SELECT table_type FROM information_schema.tables WHERE table_schema = ? AND table_name = ?", [schema, table]
@@ -241,6 +269,7 @@ class ParquetWarehouseIOManager(WarehouseIOManager):
         asset_key = context.asset_key
         schema, table, _ = _table(asset_key)
         fs, folder = _table_dir(self.root, schema, table)
+        fs.invalidate_cache(folder)  # an object store's listing cache misses other workers' new files
         if not fs.exists(folder):  # not Parquet-backed (a SQL model) or not written yet: the DuckDB rules
             return super().load_input(context)
         upstream = context.upstream_output
@@ -260,3 +289,15 @@ def parquet_warehouse_io_manager(database: Path, root: str | Path) -> ParquetWar
     """IO manager writing ``root`` (Parquet files) with views in ``database`` (``warehouse.duckdb``)."""
     return ParquetWarehouseIOManager(database=str(database), root=str(root))
 
+
+
+class ParquetViewsResource(DuckDBResource):
+    """``DuckDBResource`` (the SQL models' ``warehouse``) whose connections can read the views' files under a
+    non-local ``root`` (:func:`register_root`)."""
+
+    root: str
+
+    @contextlib.contextmanager
+    def get_connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with super().get_connection() as con:
+            yield register_root(con, self.root)

@@ -632,14 +632,18 @@ def embeddings_table(
     *,
     device: str,
     timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
+    client: Any = None,
 ) -> tuple[pl.DataFrame, bool]:
     """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
     the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash.
-    ``timed(label, n_items, fn)``, when given, runs the DINO forward pass ``fn`` and reports its progress."""
+    ``timed(label, n_items, fn)``, when given, runs the DINO forward pass ``fn`` and reports its progress. With a
+    Dask ``client`` the DINO forward pass is sharded over its workers (``kernels.dino_embeddings``); the frozen
+    encoders and the baseline run here."""
     from noisycal_platform.cleaning.baseline import baseline_embedding
     from noisycal_platform.cleaning.embedding_cache import cached_embeddings
-    from noisycal_platform.cleaning.encoder import EncoderConfig, embed, load_encoder
+    from noisycal_platform.cleaning.encoder import EncoderConfig
     from noisycal_platform.cleaning.images import load_images
+    from noisycal_platform.cleaning.kernels import dino_embeddings
 
     cfg = json.loads(encoder["config_json"])
     if "encoder" in cfg:  # a frozen pretrained encoder or a clinic checkpoint (see ``ssl_encoder_table``)
@@ -654,10 +658,11 @@ def embeddings_table(
         return pixels[0]
 
     def dino() -> np.ndarray:
-        model = load_encoder(encoder["artifact"], expected_sha256=encoder["sha256"], device=device)
-        if timed is None:
-            return embed(model, pixels_once())
-        return timed("embeddings (dino)", ordered.height, lambda: embed(model, pixels_once()))
+        def run() -> np.ndarray:
+            return dino_embeddings(encoder["artifact"], encoder["sha256"], pixels_once(), cache_dir, device=device,
+                                   client=client)
+
+        return run() if timed is None else timed("embeddings (dino)", ordered.height, run)
 
     dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
     emb, hit = cached_embeddings(cache_dir, dataset_hash, f"dino-{encoder['sha256'][:32]}", dino, n_rows=n)
@@ -732,25 +737,29 @@ def irrelevant_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataF
     return pl.concat([rank_irrelevant(embedding_matrix(embeddings, k)).to_frame(files, k) for k in EMBEDDING_KINDS])
 
 
-def near_duplicate_table(images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int) -> pl.DataFrame:
-    """``PAIR_RANKING_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (seed 001 §3.3)."""
-    from noisycal_platform.cleaning.rankings import rank_near_duplicates
+def near_duplicate_table(
+    images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, client: Any = None
+) -> pl.DataFrame:
+    """``PAIR_RANKING_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (seed 001 §3.3);
+    with a Dask ``client`` as row-block tasks on its workers (``kernels.near_duplicates``, the same pairs)."""
+    from noisycal_platform.cleaning.kernels import near_duplicates
 
     files = image_files(images)
     return pl.concat(
-        [rank_near_duplicates(embedding_matrix(embeddings, k), top_k).to_frame(files, k) for k in EMBEDDING_KINDS]
+        [near_duplicates(embedding_matrix(embeddings, k), top_k, client).to_frame(files, k) for k in EMBEDDING_KINDS]
     )
 
 
 def near_duplicate_rankings(
     images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
-    min_inliers: int = 8, combine: str = "rank_sum",
+    min_inliers: int = 8, combine: str = "rank_sum", client: Any = None,
 ) -> pl.DataFrame:
     """``NEAR_DUPLICATE_SCHEMA``: :func:`near_duplicate_table` (``inliers``, ``verified`` null), or with ``rerank``
     the learned embedding's exact k-NN candidates re-ranked by SIFT + geometric verification
     (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`; ``score`` = d = (1 − cos)/2)
-    in place of its top-k ranking. The baseline kind keeps its plain ranking."""
-    plain = near_duplicate_table(images, embeddings, top_k).with_columns(
+    in place of its top-k ranking (in this process). The baseline kind keeps its plain ranking. ``client``: see
+    :func:`near_duplicate_table`."""
+    plain = near_duplicate_table(images, embeddings, top_k, client).with_columns(
         pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified")
     )
     if not rerank:
@@ -767,14 +776,15 @@ def near_duplicate_rankings(
     return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
 
 
-def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
-    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (seed 001 §3.3)."""
-    from noisycal_platform.cleaning.rankings import rank_label_errors
+def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame, client: Any = None) -> pl.DataFrame:
+    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (seed 001 §3.3); with a
+    Dask ``client`` as row-block tasks on its workers (``kernels.label_errors``, the same ranking)."""
+    from noisycal_platform.cleaning.kernels import label_errors
 
     files = image_files(images)
     labels = files["label"].to_numpy()
     return pl.concat(
-        [rank_label_errors(embedding_matrix(embeddings, k), labels).to_frame(files, k) for k in EMBEDDING_KINDS]
+        [label_errors(embedding_matrix(embeddings, k), labels, client).to_frame(files, k) for k in EMBEDDING_KINDS]
     )
 
 

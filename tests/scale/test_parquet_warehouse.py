@@ -99,17 +99,22 @@ def test_round_trip_and_view(tmp_path):
     assert every.rows() == [("v1", 4), ("v2", 3)]
 
 
-def test_two_processes_write_different_partitions_at_once(tmp_path):
-    db, root = str(tmp_path / "warehouse.duckdb"), str(tmp_path / "wh")
+def two_writer_processes(db: str, root: str, rounds: int, n: int) -> dict[str, str]:
+    """Run :func:`_writer` for partitions "a" and "b" in two spawned processes at once; their reports."""
     spawn = mp.get_context("spawn")
     out = spawn.Queue()
-    rounds, n = 6, 2000
     procs = [spawn.Process(target=_writer, args=(db, root, v, rounds, n, out)) for v in ("a", "b")]
     for p in procs:
         p.start()
     reports = dict(out.get(timeout=240) for _ in procs)
     for p in procs:
         p.join(timeout=60)
+    return reports
+
+
+def test_two_processes_write_different_partitions_at_once(tmp_path):
+    rounds, n = 6, 2000
+    reports = two_writer_processes(str(tmp_path / "warehouse.duckdb"), str(tmp_path / "wh"), rounds, n)
     assert reports == {"a": "ok", "b": "ok"}  # no lock error in either writer
     query = "select model_version, count(*) n, min(tag), max(tag) from calibration.scores group by 1 order by 1"
     got = _view(tmp_path, query)

@@ -1,0 +1,103 @@
+"""The cleaning tables computed on a Dask cluster (row-block rankings, sharded embeddings) equal the
+single-process tables: pair for pair and score for score for the rankings (every distance is the same float64
+function of the same two rows in every task, ``row_blocks`` docstring), to 1e-5 for the embeddings (per-image
+inference; only the batch shapes, hence the float rounding, differ)."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from noisycal_platform.cleaning import kernels
+from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.encoder import EncoderConfig, embed, save_encoder
+from noisycal_platform.cleaning.encoder._dino import Encoder
+from noisycal_platform.cleaning.encoder._vit import build_backbone
+from noisycal_platform.cleaning.rankings import rank_label_errors, rank_near_duplicates
+from resources.executor import kernel_client
+from resources.settings import SettingsResource
+
+distributed = pytest.importorskip("distributed")
+
+
+class _InlineClient:
+    """The ``distributed.Client`` calls the kernels use, run here; counts the submitted tasks."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+
+    def scatter(self, data, **_):
+        return data
+
+    def submit(self, fn, *args, **_):
+        self.submitted += 1
+        return fn(*args)
+
+    def gather(self, futures):
+        return list(futures)
+
+
+def _tables(n=240, d=16, seed=5):
+    """An ``images`` table and an ``EMBEDDINGS_SCHEMA`` table with duplicates and a one-member class."""
+    rng = np.random.default_rng(seed)
+    dino, base = rng.normal(size=(n, d)), rng.normal(size=(n, d + 4))
+    dino[7] = dino[n - 3]  # an exact duplicate across row blocks
+    dino[n - 60 : n - 50] = dino[30] + 1e-4 * rng.normal(size=(10, d))  # a tight cluster spanning blocks
+    labels = rng.integers(0, 4, size=n)
+    labels[99] = 8
+    images = pl.DataFrame({"idx": np.arange(n)[::-1].copy(), "file_name": [f"img_{i:04d}.png" for i in range(n)],
+                           "label": labels.astype(str)})
+    ordered = images.sort("idx")
+    return images, cp._embedding_frame(ordered, dino.astype(np.float32), base.astype(np.float32))
+
+
+def test_the_chooser_runs_row_block_tasks_only_with_a_client():
+    images, emb = _tables(n=120)
+    x, labels = cp.embedding_matrix(emb, "dino"), cp.image_files(images)["label"].to_numpy()
+    inline = _InlineClient()
+    got, want = kernels.near_duplicates(x, 200, inline), rank_near_duplicates(x, 200)
+    assert inline.submitted == kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS - 1) // 2
+    np.testing.assert_array_equal(got.pairs, want.pairs)
+    np.testing.assert_array_equal(got.scores, want.scores)
+    got, want = kernels.label_errors(x, labels, inline), rank_label_errors(x, labels)
+    assert inline.submitted == 2 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS - 1) // 2
+    np.testing.assert_array_equal(got.order, want.order)
+    np.testing.assert_array_equal(got.scores, want.scores)
+
+
+def _on_worker(executor: str) -> str:
+    with kernel_client(SettingsResource(executor=executor)) as client:
+        return type(client).__name__
+
+
+def test_kernel_client_only_with_the_dask_executor():
+    for executor in ("in_process", "multiprocess", "dask"):  # outside a worker and no scheduler: none
+        with kernel_client(SettingsResource(executor=executor)) as client:
+            assert client is None
+    with distributed.Client(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c:
+        assert c.submit(_on_worker, "dask", pure=False).result() == "Client"
+        assert c.submit(_on_worker, "in_process", pure=False).result() == "NoneType"
+
+
+def test_cleaning_tables_on_a_local_cluster_equal_the_single_process_tables(tmp_path):
+    import torch
+
+    images, emb = _tables()
+    torch.manual_seed(0)
+    config = EncoderConfig(image_size=32, patch_size=8, depth=1, heads=2, embed_dim=32, num_threads=1)
+    enc = Encoder(config=config, backbone=build_backbone(config).eval())
+    sha, path = save_encoder(enc, tmp_path / "artifacts")
+    pixels = np.random.default_rng(1).integers(0, 256, size=(90, 3, 32, 32), dtype=np.uint8)
+    with distributed.Client(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as client:
+        pairs = cp.near_duplicate_rankings(images, emb, 500, client=client)
+        errors = cp.label_error_table(images, emb, client)
+        kernels_sharded = kernels.SHARD_ROWS
+        kernels.SHARD_ROWS = 25  # four shards of 90 images
+        try:
+            vectors = kernels.dino_embeddings(path, sha, pixels, tmp_path / "cache", device="cpu", client=client)
+        finally:
+            kernels.SHARD_ROWS = kernels_sharded
+    assert pairs.equals(cp.near_duplicate_rankings(images, emb, 500))
+    assert errors.equals(cp.label_error_table(images, emb))
+    assert pairs.height == 2 * 500 and errors.height == 2 * images.height
+    np.testing.assert_allclose(vectors, embed(enc, pixels), rtol=0, atol=1e-5)
+    assert not list((tmp_path / "cache").iterdir())  # the shard file lived in a removed temporary folder
