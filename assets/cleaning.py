@@ -11,7 +11,7 @@ the ``dataset`` partition column.
 import dagster as dg
 import polars as pl
 
-from assets.policy import CLEANING
+from assets.policy import CLEANING, COMPUTE
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
@@ -56,6 +56,7 @@ def _answers(confirmations: pl.DataFrame, dataset: str) -> pl.DataFrame:
 
 # ------------------------------------------------------------------------------------------- embeddings
 @CLEANING.asset(
+    **COMPUTE,
     ins=IMAGES_IN,
     schema=cp.ENCODER_SCHEMA,
     description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
@@ -98,6 +99,7 @@ def ssl_encoder(
 
 
 @CLEANING.asset(
+    **COMPUTE,
     ins={**IMAGES_IN, "ssl_encoder": dg.AssetIn(SSL_ENCODER)},
     schema=cp.EMBEDDINGS_SCHEMA,
     description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.service_checks import root_message
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
@@ -62,6 +63,9 @@ START_TAG = "noisycal/pid_start"
 #: Seconds a finished run may keep a pool slot before the daemon frees it, and the wait for a busy home.
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 10
 DEFAULT_LOCK_TIMEOUT_SECONDS = 600.0
+#: The run queue's dequeue interval and how many runs may be launched while all their first steps wait for a pool.
+DEQUEUE_INTERVAL_SECONDS = 1
+RUN_BUFFER = 1
 
 DAGSTER_YAML = f"""\
 # Written by noisycal (orchestration/instance.py) for every entry point; edits here are overwritten.
@@ -72,11 +76,22 @@ nux:
   enabled: false
 concurrency:
   pools:
-    # every warehouse asset is in the "duckdb" pool: one DuckDB writer at a time
+    # one slot per pool: "duckdb" (every warehouse step: one DuckDB writer at a time) and "compute" (encoder
+    # training and embedding, whose short warehouse reads and writes retry on DuckDB's lock)
     default_limit: 1
+    # a run whose first steps wait for a slot is launched anyway (one such run at a time), so its process
+    # starts while the slot's holder finishes instead of after it
+    op_granularity_run_buffer: {RUN_BUFFER}
   runs:
     # the run queue (QueuedRunCoordinator, run by the daemon)
     max_concurrent_runs: 4
+run_queue:
+  # how often the daemon launches queued runs (Dagster's default: 5 s)
+  dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}
+sensors:
+  # sensors are evaluated in parallel threads: a slow one (the snapshot copy) never delays another
+  use_threads: true
+  num_workers: 4
 # the daemon marks crashed run workers failed and frees the pool slots of finished runs
 run_monitoring:
   enabled: true
@@ -286,15 +301,6 @@ def daemon_running(instance: dg.DagsterInstance, within: float = DAEMON_FRESH_SE
 
 
 # ------------------------------------------------------------------------------------------- failed partitions
-def _root_message(error) -> str:
-    while error is not None and error.cause is not None:
-        error = error.cause
-    if error is None:
-        return "unknown error"
-    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else (error.cls_name or "error")
-
-
 def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict]:
     """(asset, partition) whose latest run failed, with the reason; a later successful run clears it."""
 
@@ -316,7 +322,7 @@ def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict
         if run.status == dg.DagsterRunStatus.FAILURE:
             for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
                 step = event.dagster_event.step_key or ""
-                reasons[step.replace("__", "/")] = _root_message(event.dagster_event.event_specific_data.error)
+                reasons[step.replace("__", "/")] = root_message(event.dagster_event.event_specific_data.error)
             if not reasons:
                 run_failures = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
                 message = run_failures[-1].dagster_event.message if run_failures else "run failed"

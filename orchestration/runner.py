@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.service_checks import CHECK_NAME, report_run_failure, root_message
 from noisycal_platform.io import atomic_write_text
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
@@ -119,20 +120,12 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
     }
     report.failed.update((k, partition_key) for k in selection if k not in materialized or k in failed_checks)
     if not result.success:
+        checked = {k.asset_key for k in defs.resolve_asset_graph().asset_check_keys if k.name == CHECK_NAME}
+        report_run_failure(instance, instance.get_run_by_id(result.run_id), checked)
         failures = [
-            f"{e.step_key}: {_root_cause(e.event_specific_data.error)}" for e in result.all_events if e.is_step_failure
+            f"{e.step_key}: {root_message(e.event_specific_data.error)}" for e in result.all_events if e.is_step_failure
         ]
         report.runs[-1]["errors"] = failures
-
-
-def _root_cause(error) -> str:
-    """The innermost error message of a step failure (Dagster wraps user errors once or twice)."""
-    if error is None:
-        return "unknown error"
-    while error.cause is not None:
-        error = error.cause
-    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else (error.cls_name or "error")
 
 
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
