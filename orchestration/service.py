@@ -18,6 +18,7 @@ from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout
 from orchestration.instance import dagster_home
+from orchestration.queue import remove_service_file, write_service_file
 
 __all__ = ["REPO_ROOT", "WORKSPACE", "serve", "service_commands"]
 
@@ -83,6 +84,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
             children[name] = subprocess.Popen(
                 cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
             )
+        write_service_file(home, host, port)  # where `noisycal materialize` submits runs (orchestration.queue)
         print(
             f"noisycal serve: Dagster UI on http://{host}:{port}, daemon running "
             f"(DAGSTER_HOME={env['DAGSTER_HOME']}); pids "
@@ -98,6 +100,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
         print(f"noisycal serve: {signal.Signals(stop['signal']).name} received, stopping", flush=True)
         return 0
     finally:
+        remove_service_file(home)
         _stop(children, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)
