@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +38,7 @@ import dagster as dg  # noqa: E402
 
 from noisycal_platform.calibration.demo_data import _annotations, write_demo_calibration_inputs  # noqa: E402
 from orchestration.instance import instance_for  # noqa: E402
+from orchestration.service import serve_in_background  # noqa: E402
 
 _T = dg.DagsterEventType
 _STEP_END = {_T.STEP_SUCCESS, _T.STEP_FAILURE}
@@ -119,13 +118,8 @@ def main() -> int:
     later = ann.filter(held)
     chunks = [later[i :: args.drops] for i in range(args.drops)]
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     rows = []
-    try:
+    with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}):
         instance = instance_for(home)
         t_start = time.time()
         _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2)
@@ -151,12 +145,6 @@ def main() -> int:
                 }
             )
             print(rows[-1], flush=True)
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
     print(f"inbox_settle_seconds {args.settle:g}; {os.cpu_count()} CPUs")
     print("| drop | rows | ingested (s) | nc_ece_report[v1] (s) | reports/calibration final (s) | publications "
           "| runs | steps (s) | in a run, no step (s) | between runs (s) | load (1 min) |")

@@ -32,6 +32,7 @@ from orchestration.queue import submit, wait
 __all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
 
 _T = dg.DagsterEventType
+_QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dataclass
@@ -106,16 +107,11 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
     else:
         tags.update(process_tags())  # recover() marks the run failed if this process dies
         wait_for_pools(report.home, instance)
-        run_id = dg.materialize(
-            _all_assets(defs),
-            run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-            selection=selection,
-            partition_key=partition_key,
-            instance=instance,
-            resources=defs.resources,
-            tags=tags,
-            raise_on_error=False,
-        ).run_id
+        result = dg.materialize(
+            _all_assets(defs), selection=selection, partition_key=partition_key, instance=instance,
+            resources=defs.resources, tags=tags, run_config=_QUIET_LOGS, raise_on_error=False,
+        )
+        run_id = result.run_id
     _record_run(defs, instance, run_id, selection, partition_key, report, reason)
 
 

@@ -14,13 +14,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout
 from orchestration.instance import dagster_home
 from orchestration.queue import remove_service_file, write_service_file
 
-__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "service_commands"]
+__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = REPO_ROOT / "workspace.yaml"
@@ -104,3 +106,25 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
         _stop(children, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextmanager
+def serve_in_background(home: str | Path, port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``noisycal serve`` for ``home`` as a child process (its own session) while the block runs; then SIGTERM,
+    and SIGKILL to its process group after 60 s (for benchmarks, tests and scripts)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

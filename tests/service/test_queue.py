@@ -5,7 +5,6 @@ so ``slow``.
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 
 from orchestration.instance import daemon_running, instance_for
 from orchestration.queue import service_address
+from orchestration.service import serve_in_background
 from tests._server import free_port, wait_for_server_info
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,11 +27,7 @@ def test_materialize_under_the_service_is_queued_and_launched_by_the_daemon(tmp_
     port = free_port()
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     cli = [sys.executable, "-m", "orchestration.cli", "--home", str(home)]
-    serve = subprocess.Popen(
-        [*cli, "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}):
         wait_for_server_info(port, time.time() + 300, 1, "the webserver did not answer within 300 s")
         instance = instance_for(home)
         deadline = time.time() + 120
@@ -58,10 +54,4 @@ def test_materialize_under_the_service_is_queued_and_launched_by_the_daemon(tmp_
         # queued by the QueuedRunCoordinator, then launched by the daemon
         assert {dg.DagsterEventType.RUN_ENQUEUED, dg.DagsterEventType.RUN_STARTING} <= kinds
         assert "noisycal/pid" not in run.tags  # its worker is the daemon's, not the CLI process
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
     assert service_address(home) is None  # serve removed its address on the way out
