@@ -86,8 +86,11 @@ concurrency:
     # the run queue (QueuedRunCoordinator, run by the daemon)
     max_concurrent_runs: 4
 run_queue:
-  # how often the daemon launches queued runs (Dagster's default: 5 s)
+  # how often the daemon launches queued runs (Dagster's default: 5 s), each in a thread of its own: two runs
+  # requested together start their processes side by side, not one after the other
   dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}
+  dequeue_use_threads: true
+  dequeue_num_workers: 4
 sensors:
   # sensors are evaluated in parallel threads: a slow one (the snapshot copy) never delays another
   use_threads: true
