@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,23 +23,11 @@ sys.path.insert(0, str(REPO))
 import dagster as dg  # noqa: E402
 
 from orchestration.instance import instance_for  # noqa: E402
-from orchestration.service import serve_in_background  # noqa: E402
+from orchestration.service import serve_in_background, webserver_answers  # noqa: E402
 
 SSL_ENCODER = dg.AssetKey(["cleaning", "ssl_encoder"])
 REPORTS = {"report_index": "index.html", "report_calibration": "calibration.html", "report_cleaning": "cleaning.html"}
 CHROMIUM = "/usr/bin/chromium"
-
-
-def _wait_for_ui(port: int, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(2)
-    raise TimeoutError(f"the Dagster UI did not answer on port {port} within {timeout:.0f} s")
 
 
 def _encoder_run(home: Path) -> str:
@@ -94,7 +81,8 @@ def main() -> int:
     run_id = _encoder_run(home)
     args.out.mkdir(parents=True, exist_ok=True)
     with serve_in_background(home, args.port, env=env):
-        _wait_for_ui(args.port, 300)
+        if not webserver_answers(args.port, time.time() + 300, 2.0):
+            raise TimeoutError(f"the Dagster UI did not answer on port {args.port} within 300 s")
         shots = _shoot(args.out, args.port, run_id, home / "reports", args.prefix)
     for shot in shots:
         print(shot)

@@ -22,7 +22,7 @@ from noisycal_platform.paths import HOME_ENV, HomeLayout
 from orchestration.instance import dagster_home
 from orchestration.queue import remove_service_file, write_service_file
 
-__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands"]
+__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands", "webserver_answers"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = REPO_ROOT / "workspace.yaml"
@@ -128,3 +128,18 @@ def serve_in_background(home: str | Path, port: int, env: dict[str, str] | None 
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def webserver_answers(port: int, deadline: float, poll_s: float = 1.0) -> bool:
+    """Poll the Dagster webserver's ``/server_info`` on 127.0.0.1:``port`` until it answers 200 (True) or
+    ``deadline`` (a ``time.time()``) passes (False)."""
+    import urllib.request
+
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(poll_s)
+    return False
