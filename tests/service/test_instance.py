@@ -43,6 +43,10 @@ def test_dagster_yaml_is_the_platform_one_and_the_instance_reads_it(tmp_path):
     assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
     assert instance.run_retries_enabled is True
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    # latency: queued runs are launched every second, in threads; sensors are evaluated in threads
+    assert instance.run_coordinator.dequeue_interval_seconds == 1 and instance.run_coordinator.dequeue_use_threads
+    assert instance.get_concurrency_config().run_queue_config.op_concurrency_slot_buffer == 1
+    assert instance.get_sensor_settings()["use_threads"] is True
 
 
 def test_every_entry_point_writes_the_same_file():
