@@ -63,9 +63,10 @@ START_TAG = "noisycal/pid_start"
 #: Seconds a finished run may keep a pool slot before the daemon frees it, and the wait for a busy home.
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 10
 DEFAULT_LOCK_TIMEOUT_SECONDS = 600.0
-#: The run queue's dequeue interval and how many runs may be launched while all their first steps wait for a pool.
+#: The run queue: runs in progress at once (also the pool slots that launched runs may wait for, so a run
+#: whose first steps wait for a pool still starts its process), and how often queued runs are launched.
+MAX_CONCURRENT_RUNS = 4
 DEQUEUE_INTERVAL_SECONDS = 1
-RUN_BUFFER = 1
 
 DAGSTER_YAML = f"""\
 # Written by noisycal (orchestration/instance.py) for every entry point; edits here are overwritten.
@@ -79,12 +80,12 @@ concurrency:
     # one slot per pool: "duckdb" (every warehouse step: one DuckDB writer at a time) and "compute" (encoder
     # training and embedding, whose short warehouse reads and writes retry on DuckDB's lock)
     default_limit: 1
-    # a run whose first steps wait for a slot is launched anyway (one such run at a time), so its process
-    # starts while the slot's holder finishes instead of after it
-    op_granularity_run_buffer: {RUN_BUFFER}
+    # a run whose first steps wait for a slot is launched anyway (counted in slots: up to the run-queue
+    # limit), so its process starts while the slot's holder finishes instead of after it
+    op_granularity_run_buffer: {MAX_CONCURRENT_RUNS}
   runs:
     # the run queue (QueuedRunCoordinator, run by the daemon)
-    max_concurrent_runs: 4
+    max_concurrent_runs: {MAX_CONCURRENT_RUNS}
 run_queue:
   # how often the daemon launches queued runs (Dagster's default: 5 s), each in a thread of its own: two runs
   # requested together start their processes side by side, not one after the other

@@ -45,7 +45,8 @@ def test_dagster_yaml_is_the_platform_one_and_the_instance_reads_it(tmp_path):
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
     # latency: queued runs are launched every second, in threads; sensors are evaluated in threads
     assert instance.run_coordinator.dequeue_interval_seconds == 1 and instance.run_coordinator.dequeue_use_threads
-    assert instance.get_concurrency_config().run_queue_config.op_concurrency_slot_buffer == 1
+    queue = instance.get_concurrency_config().run_queue_config
+    assert queue.op_concurrency_slot_buffer == queue.max_concurrent_runs == 4
     assert instance.get_sensor_settings()["use_threads"] is True
 
 
