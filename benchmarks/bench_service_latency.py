@@ -66,11 +66,13 @@ def _busy(instance) -> bool:
     return bool(instance.get_run_records(filters=dg.RunsFilter(statuses=active), limit=1))
 
 
-def _wait_quiet(instance, key, t0: float, timeout: float, quiet: float = 45.0) -> list[float]:
+def _wait_quiet(instance, key, t0: float, timeout: float, serve, quiet: float = 45.0) -> list[float]:
     """Wait until ``key`` was materialised after ``t0`` and nothing ran for ``quiet`` seconds."""
     deadline = time.time() + timeout
     last_busy = time.time()
     while time.time() < deadline:
+        if serve.poll() is not None:
+            raise RuntimeError(f"noisycal serve exited with {serve.returncode}")
         if _busy(instance):
             last_busy = time.time()
         elif _materialisations_after(instance, key, t0) and time.time() - last_busy > quiet:
@@ -119,17 +121,17 @@ def main() -> int:
     chunks = [later[i :: args.drops] for i in range(args.drops)]
     port = _free_port()
     rows = []
-    with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}):
-        instance = instance_for(home)
+    instance = instance_for(home)  # creates the instance's storage before the service opens it
+    with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}) as serve:
         t_start = time.time()
-        _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2)
+        _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2, serve)
         print(f"initial build done after {time.time() - t_start:.0f} s", flush=True)
         for i, chunk in enumerate(chunks, 1):
             tmp = home / "inbox" / "annotations" / f".drop_{i}.csv.tmp"
             chunk.write_csv(tmp)
             t0 = time.time()
             os.replace(tmp, tmp.with_name(f"drop_{i}.csv"))
-            published = _wait_quiet(instance, KEYS["report"], t0, args.timeout)
+            published = _wait_quiet(instance, KEYS["report"], t0, args.timeout, serve)
             ingested = _materialisations_after(instance, KEYS["ingested"], t0)
             ece = _materialisations_after(instance, KEYS["nc_ece_report"], t0)
             rows.append(
