@@ -26,7 +26,12 @@ from orchestration.instance import instance_for  # noqa: E402
 from orchestration.service import serve_in_background, webserver_answers  # noqa: E402
 
 SSL_ENCODER = dg.AssetKey(["cleaning", "ssl_encoder"])
-REPORTS = {"report_index": "index.html", "report_calibration": "calibration.html", "report_cleaning": "cleaning.html"}
+REPORTS = {
+    "report_index": "index.html",
+    "report_calibration": "calibration.html",
+    "report_calibration_v1": "calibration/v1.html",
+    "report_cleaning": "cleaning.html",
+}
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -58,6 +63,8 @@ def _shoot(out: Path, port: int, run_id: str, reports: Path, prefix: str) -> lis
             shots.append(out / f"{prefix}ui_run_log_progress.png")
             page.screenshot(path=str(shots[-1]))
         for name, file in REPORTS.items():
+            if not (reports / file).is_file():
+                continue
             page.goto((reports / file).as_uri())
             page.wait_for_timeout(1500)
             shots.append(out / f"{prefix}{name}.png")
