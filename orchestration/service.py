@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout
-from orchestration.instance import dagster_home
+from orchestration.instance import dagster_home, instance_for
 from orchestration.queue import remove_service_file, write_service_file
 
 __all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands", "webserver_answers"]
@@ -74,6 +74,9 @@ def _stop(children: dict[str, subprocess.Popen], timeout: float) -> None:
 def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_timeout: float = 30.0) -> int:
     """Run webserver + daemon until SIGTERM/SIGINT (returns 0) or until a child dies (returns 1)."""
     env = service_env(home)
+    # create the instance's SQLite storage here, once: the two children creating it at the same moment on a
+    # fresh home can leave its schema with two heads, and then neither starts
+    instance_for(home).dispose()
     stop = {"signal": None}
 
     def _on_signal(signum, _frame):
