@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | sha256s
 HOME_DIR ?= $(CURDIR)/.noisycal
 PORT ?= 3000
 
-.PHONY: demo test test-slow test-all ui serve confirm bench lint lock browser-deps slow-deps clean venv
+.PHONY: demo test test-slow test-all ui serve confirm bench bench-latency screenshots lint lock browser-deps slow-deps clean venv
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,15 @@ confirm: $(STAMP)
 
 bench: $(STAMP)
 	@for b in benchmarks/bench_*.py; do echo "== $$b"; nice -n 10 $(BIN)/python $$b || exit 1; done
+
+# the service's latency from a dropped annotation batch to the final calibration report (three drops, a table)
+bench-latency: $(STAMP)
+	$(BIN)/python benchmarks/bench_service_latency.py
+
+# UI run log (encoder progress events) and the reports as PNGs: make screenshots SCREENS=/some/folder
+SCREENS ?= $(CURDIR)/screens
+screenshots: $(STAMP) browser-deps
+	$(BIN)/python benchmarks/screenshots.py --out $(SCREENS) --port $(PORT)
 
 lock: $(STAMP)
 	@echo "regenerate constraints.txt from the tested venv (keep the header's hand pins true)"

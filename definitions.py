@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets import automation, calibration, checks, cleaning, correctness, raw, reports
+from assets.service_checks import build_latest_run_checks, failed_run_sensor
 from assets.sql_models import build_sql_assets
 from noisycal_platform.paths import default_home
 from resources import build_resources
@@ -22,10 +23,12 @@ STAGE_MODULES = [raw, calibration, cleaning, correctness, reports]
 
 def build_definitions(home: str | Path | None = None) -> dg.Definitions:
     home = Path(home) if home is not None else default_home()
+    assets = [*dg.load_assets_from_modules(STAGE_MODULES), *build_sql_assets()]
+    keys = sorted({key for a in assets for key in a.keys}, key=lambda k: k.to_user_string())
     return dg.Definitions(
-        assets=[*dg.load_assets_from_modules(STAGE_MODULES), *build_sql_assets()],
-        asset_checks=checks.ALL_CHECKS,
-        sensors=automation.SENSORS,
+        assets=assets,
+        asset_checks=[*checks.ALL_CHECKS, build_latest_run_checks(keys)],
+        sensors=[*automation.SENSORS, failed_run_sensor],
         schedules=automation.SCHEDULES,
         jobs=automation.JOBS,
         resources=build_resources(home),

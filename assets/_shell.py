@@ -16,14 +16,16 @@ __all__ = ["failing_on"]
 
 
 @contextmanager
-def failing_on(*errors: type[Exception], file: str | Path | None = None, safe: bool = False) -> Iterator[None]:
+def failing_on(
+    *errors: type[Exception], file: str | Path | None = None, safe: bool = False, file_of_error: bool = False
+) -> Iterator[None]:
     """Inside the block, an exception of one of ``errors`` fails the step without retry: its message becomes
     the failure's description (with ``safe``, its ``.safe`` form, which quotes no file content) and ``file``
-    (when not given, the exception's own ``file`` attribute, if it has one) its metadata."""
+    (with ``file_of_error``, the exception's own ``file``: one step may read several files) its metadata."""
     try:
         yield
     except errors as exc:
-        named = file if file is not None else getattr(exc, "file", None)
+        named = getattr(exc, "file", None) if file_of_error else file
         metadata = {"file": str(named)} if named is not None else None
         description = exc.safe if safe else str(exc)  # type: ignore[attr-defined]
         raise dg.Failure(description=description, metadata=metadata, allow_retries=False) from None

@@ -53,6 +53,11 @@ __all__ = [
 ]
 
 RUNNING = dg.DefaultSensorStatus.RUNNING
+#: Seconds between evaluations of the sensors on the path from a dropped batch to a published report (the drop
+#: folders, the model registry, the automation conditions). Dagster's sensor and automation daemons loop every
+#: 5 s, so this is the shortest interval that takes effect; each evaluation of these is cheap (a directory
+#: listing; one automation evaluation of the graph, about a second). Others keep Dagster's default of 30 s.
+FAST_SENSOR_SECONDS = 5
 
 quality_monitor_job = dg.define_asset_job(
     "quality_monitor_job",
@@ -61,7 +66,7 @@ quality_monitor_job = dg.define_asset_job(
 )
 
 
-@dg.sensor(target=[ANNOTATIONS], default_status=RUNNING, minimum_interval_seconds=30)
+@dg.sensor(target=[ANNOTATIONS], default_status=RUNNING, minimum_interval_seconds=FAST_SENSOR_SECONDS)
 def annotation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
     """One RunRequest per new batch content hash; the cursor remembers hashes already requested."""
     requested = set(json.loads(context.cursor)) if context.cursor else set()
@@ -82,7 +87,7 @@ def annotation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource)
     )
 
 
-@dg.sensor(target=[CONFIRMATIONS], default_status=RUNNING, minimum_interval_seconds=30)
+@dg.sensor(target=[CONFIRMATIONS], default_status=RUNNING, minimum_interval_seconds=FAST_SENSOR_SECONDS)
 def confirmation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
     """Rerun ``raw/confirmations`` when any answer file changed (ingestion dedups by answer_id)."""
     fingerprint = inbox.confirmation_fingerprint()
@@ -159,7 +164,7 @@ def _load_version_cursor(cursor: str | None) -> dict[str, dict[str, str]]:
     return data if isinstance(data, dict) else {}
 
 
-@dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=30)
+@dg.sensor(target=[PREDICTIONS], default_status=RUNNING, minimum_interval_seconds=FAST_SENSOR_SECONDS)
 def model_version_sensor(context: dg.SensorEvaluationContext, model_registry: ModelRegistryResource) -> dg.SensorResult:
     """A new ``models/<version>/`` folder becomes a ``model_versions`` partition and its predictions are loaded;
     a predictions file replaced in place (new content hash) is loaded again for its version.
@@ -270,7 +275,10 @@ quality_monitor = dg.ScheduleDefinition(
 
 #: Runs the eager automation conditions (downstream reruns). Default RUNNING, unlike Dagster's default.
 automation_sensor = dg.AutomationConditionSensorDefinition(
-    "automation", target=dg.AssetSelection.all(), default_status=RUNNING, minimum_interval_seconds=30
+    "automation",
+    target=dg.AssetSelection.all(),
+    default_status=RUNNING,
+    minimum_interval_seconds=FAST_SENSOR_SECONDS,
 )
 
 SENSORS = [

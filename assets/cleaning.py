@@ -12,7 +12,7 @@ import dagster as dg
 import polars as pl
 
 from assets._shell import failing_on
-from assets.policy import CLEANING
+from assets.policy import CLEANING, COMPUTE
 from assets.progress import epoch_progress, timed
 from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
@@ -65,6 +65,7 @@ def _counts(frame: pl.DataFrame, column: str, prefix: str) -> dict[str, int]:
 
 # ------------------------------------------------------------------------------------------- embeddings
 @CLEANING.asset(
+    **COMPUTE,
     ins=IMAGES_IN,
     schema=cp.ENCODER_SCHEMA,
     description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
@@ -108,6 +109,7 @@ def ssl_encoder(
 
 
 @CLEANING.asset(
+    **COMPUTE,
     ins={**IMAGES_IN, "ssl_encoder": dg.AssetIn(SSL_ENCODER)},
     schema=cp.EMBEDDINGS_SCHEMA,
     description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "

@@ -18,6 +18,8 @@ __all__ = [
     "BY_MODEL_VERSION",
     "CALIBRATION",
     "CLEANING",
+    "COMPUTE",
+    "COMPUTE_POOL",
     "CORRECTNESS",
     "DATASETS",
     "DATASET_COLUMN",
@@ -35,6 +37,13 @@ __all__ = [
 #: Every asset that opens the warehouse runs in this pool; ``$DAGSTER_HOME/dagster.yaml`` limits it to 1, so
 #: DuckDB's single-writer file lock is never contended.
 DUCKDB_POOL = "duckdb"
+#: Long steps whose time goes to compute, not to the warehouse (encoder training, embedding the images) run in
+#: their own one-slot pool, so they never hold the warehouse pool while calibration runs wait. Their inputs and
+#: outputs are small reads and one short write transaction; a write that meets DuckDB's file lock (held by a
+#: ``duckdb``-pool writer for its transaction) waits in the connection's backoff, as any reader does.
+COMPUTE_POOL = "compute"
+#: Decorator override for such a step: ``@CLEANING.asset(**COMPUTE, ...)``.
+COMPUTE: Mapping[str, Any] = {"pool": COMPUTE_POOL}
 
 _AC = dg.AutomationCondition
 #: The stages whose assets are partitioned (per model version, per dataset): under the daemon their requested

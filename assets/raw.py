@@ -79,7 +79,7 @@ def predictions(
     version = context.partition_key
     path = model_registry.predictions_file(version)
     # nothing is written for this version, earlier ones stay as they are; the error names its file (or items.csv)
-    with failing_on(InputError):
+    with failing_on(InputError, file_of_error=True):
         frame = read_model_version(path, model_registry.items_file(version), tuple(settings.classes) or None)
     registered = datetime.fromtimestamp(path.stat().st_mtime, UTC)
     frame = frame.with_columns(

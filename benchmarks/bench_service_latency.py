@@ -2,23 +2,34 @@
 calibration report, over three drops: time to ingestion (raw/annotations), to calibration/nc_ece_report[v1],
 to the last reports/calibration publication, and how many times reports/calibration was published per drop.
 
-    python benchmarks/bench_service_latency.py [--drops 3] [--timeout 600]
+    python benchmarks/bench_service_latency.py [--drops 3] [--timeout 600] [--settle 0]
 
-Each drop is one third of the demo's held-back annotation pairs, moved into the inbox by atomic rename.
+Each drop is one third of the demo's held-back annotation pairs, moved into the inbox by atomic rename, so the
+home's ``inbox_settle_seconds`` is 0, the setting for writers that rename complete files in (``--settle``
+sets another; a batch waits that long before the sensor takes it).
+
+Where the time of a drop went, from the run records and run event logs of the runs created between the drop
+and the final publication (each second counted once, in the first class that covers it):
+- steps: some step of those runs was executing (STEP_START to STEP_SUCCESS/FAILURE);
+- in a run: a run existed but no step ran (queued, launching its process and loading the code, waiting for a
+  pool slot, writing events);
+- between runs: no run existed yet (settle time, sensor and automation intervals, evaluation).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -27,6 +38,10 @@ import dagster as dg  # noqa: E402
 
 from noisycal_platform.calibration.demo_data import _annotations, write_demo_calibration_inputs  # noqa: E402
 from orchestration.instance import instance_for  # noqa: E402
+from orchestration.service import serve_in_background  # noqa: E402
+
+_T = dg.DagsterEventType
+_STEP_END = {_T.STEP_SUCCESS, _T.STEP_FAILURE}
 
 KEYS = {
     "ingested": dg.AssetKey(["raw", "annotations"]),
@@ -51,11 +66,13 @@ def _busy(instance) -> bool:
     return bool(instance.get_run_records(filters=dg.RunsFilter(statuses=active), limit=1))
 
 
-def _wait_quiet(instance, key, t0: float, timeout: float, quiet: float = 45.0) -> list[float]:
+def _wait_quiet(instance, key, t0: float, timeout: float, serve, quiet: float = 45.0) -> list[float]:
     """Wait until ``key`` was materialised after ``t0`` and nothing ran for ``quiet`` seconds."""
     deadline = time.time() + timeout
     last_busy = time.time()
     while time.time() < deadline:
+        if serve.poll() is not None:
+            raise RuntimeError(f"noisycal serve exited with {serve.returncode}")
         if _busy(instance):
             last_busy = time.time()
         elif _materialisations_after(instance, key, t0) and time.time() - last_busy > quiet:
@@ -64,34 +81,57 @@ def _wait_quiet(instance, key, t0: float, timeout: float, quiet: float = 45.0) -
     raise TimeoutError(f"{key.to_user_string()} not final within {timeout:.0f} s")
 
 
+def breakdown(instance, t0: float, t1: float) -> dict[str, float]:
+    """Seconds of [t0, t1] in steps, in a run but not in a step, and between runs (module docstring)."""
+    grid = np.arange(t0, t1, 0.1)
+    in_run = np.zeros(grid.size, dtype=bool)
+    in_step = np.zeros(grid.size, dtype=bool)
+    n_runs = 0
+    for record in instance.get_run_records(filters=dg.RunsFilter(created_after=datetime.fromtimestamp(t0, UTC))):
+        created = record.create_timestamp.timestamp()
+        if created > t1:
+            continue
+        n_runs += 1
+        in_run |= (grid >= created) & (grid < (record.end_time or t1))
+        started: dict[str, float] = {}
+        for event in instance.all_logs(record.dagster_run.run_id, of_type={_T.STEP_START, *_STEP_END}):
+            if event.dagster_event.event_type == _T.STEP_START:
+                started[event.step_key] = event.timestamp
+            elif event.step_key in started:
+                in_step |= (grid >= started.pop(event.step_key)) & (grid < event.timestamp)
+    return {
+        "runs": n_runs,
+        "steps_s": 0.1 * in_step.sum(),
+        "in_run_s": 0.1 * (in_run & ~in_step).sum(),
+        "between_runs_s": 0.1 * (~in_run & ~in_step).sum(),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--drops", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--settle", type=float, default=0.0, help="inbox_settle_seconds of the home")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="noisycal-latency-")) / "home"
     write_demo_calibration_inputs(home, seed=0)
+    (home / "settings.json").write_text(json.dumps({"inbox_settle_seconds": args.settle}) + "\n")
     ann, held = _annotations(0)
     later = ann.filter(held)
     chunks = [later[i :: args.drops] for i in range(args.drops)]
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
-        env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
     rows = []
-    try:
-        instance = instance_for(home)
+    instance = instance_for(home)  # creates the instance's storage before the service opens it
+    with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}) as serve:
         t_start = time.time()
-        _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2)
+        _wait_quiet(instance, KEYS["report"], 0.0, args.timeout * 2, serve)
         print(f"initial build done after {time.time() - t_start:.0f} s", flush=True)
         for i, chunk in enumerate(chunks, 1):
             tmp = home / "inbox" / "annotations" / f".drop_{i}.csv.tmp"
             chunk.write_csv(tmp)
             t0 = time.time()
             os.replace(tmp, tmp.with_name(f"drop_{i}.csv"))
-            published = _wait_quiet(instance, KEYS["report"], t0, args.timeout)
+            published = _wait_quiet(instance, KEYS["report"], t0, args.timeout, serve)
             ingested = _materialisations_after(instance, KEYS["ingested"], t0)
             ece = _materialisations_after(instance, KEYS["nc_ece_report"], t0)
             rows.append(
@@ -102,20 +142,19 @@ def main() -> int:
                     "nc_ece_report_s": ece[-1] - t0 if ece else float("nan"),
                     "report_final_s": published[-1] - t0,
                     "report_publications": len(published),
+                    **breakdown(instance, t0, published[-1]),
+                    "load_1min": os.getloadavg()[0],
                 }
             )
             print(rows[-1], flush=True)
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-    print("| drop | rows | ingested (s) | nc_ece_report[v1] (s) | reports/calibration final (s) | publications |")
-    print("|---|---|---|---|---|---|")
+    print(f"inbox_settle_seconds {args.settle:g}; {os.cpu_count()} CPUs")
+    print("| drop | rows | ingested (s) | nc_ece_report[v1] (s) | reports/calibration final (s) | publications "
+          "| runs | steps (s) | in a run, no step (s) | between runs (s) | load (1 min) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['drop']} | {r['rows']} | {r['ingested_s']:.1f} | {r['nc_ece_report_s']:.1f} | "
-              f"{r['report_final_s']:.1f} | {r['report_publications']} |")
+              f"{r['report_final_s']:.1f} | {r['report_publications']} | {r['runs']} | {r['steps_s']:.1f} | "
+              f"{r['in_run_s']:.1f} | {r['between_runs_s']:.1f} | {r['load_1min']:.1f} |")
     for k in ("ingested_s", "nc_ece_report_s", "report_final_s"):
         print(f"median {k}: {statistics.median(r[k] for r in rows):.1f}")
     print(f"load average at the end: {os.getloadavg()}")

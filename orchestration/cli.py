@@ -2,7 +2,7 @@
 
     noisycal demo [--fresh]                 build the demo inputs and run the whole platform on them
     noisycal tick                           evaluate sensors + automation once and run what they request
-    noisycal materialize                    materialise every asset for every known partition
+    noisycal materialize [--select KEYS]    materialise every (or the selected) asset for every known partition
     noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
     noisycal serve [--port 3000]            the service: dagster-webserver + dagster-daemon, stopped by SIGTERM
     noisycal validate KIND FILE             check one input file against its contract
@@ -82,6 +82,9 @@ def cmd_tick(args) -> int:
     from orchestration.runner import tick
 
     report = _with_progress(lambda: tick(args.home))
+    if report.note:
+        print(f"tick: {report.note}")
+        return 0
     print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
     for name, keys in report.partitions_added.items():
         print(f"  new {name} partition(s): {', '.join(keys)}")
@@ -92,8 +95,10 @@ def cmd_materialize(args) -> int:
     _quiet_dagster()
     from orchestration.runner import materialize_everything
 
-    report = _with_progress(lambda: materialize_everything(args.home))
-    print(f"materialize: {report.n_runs} run(s)")
+    select = [k.strip() for k in args.select.split(",") if k.strip()] if args.select else None
+    report = _with_progress(lambda: materialize_everything(args.home, select=select))
+    where = " through the daemon's run queue" if report.queued else ""
+    print(f"materialize: {report.n_runs} run(s){where}")
     return 1 if _print_runs(report) else 0
 
 
@@ -113,6 +118,9 @@ def cmd_ui(args) -> int:
     cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
     cmd += ["-w", str(WORKSPACE)]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
+    from orchestration.queue import write_service_file
+
+    write_service_file(args.home, "127.0.0.1", args.port)  # exec keeps this pid: `dagster dev` is the service
     os.chdir(REPO_ROOT)
     os.execvpe(cmd[0], cmd, env)
     return 0  # not reached
@@ -379,7 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("tick", help="evaluate sensors and automation once; run what they request").set_defaults(
         func=cmd_tick
     )
-    sub.add_parser("materialize", help="materialise every asset for every partition").set_defaults(func=cmd_materialize)
+    p = sub.add_parser(
+        "materialize",
+        help="materialise every asset for every partition (through the run queue while a daemon serves the home)",
+    )
+    p.add_argument("--select", default=None, help='only these assets, comma-separated keys ("raw/annotations,...")')
+    p.set_defaults(func=cmd_materialize)
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.service_checks import root_message
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
@@ -62,6 +63,10 @@ START_TAG = "noisycal/pid_start"
 #: Seconds a finished run may keep a pool slot before the daemon frees it, and the wait for a busy home.
 FREE_SLOTS_AFTER_RUN_END_SECONDS = 10
 DEFAULT_LOCK_TIMEOUT_SECONDS = 600.0
+#: The run queue: runs in progress at once (also the pool slots that launched runs may wait for, so a run
+#: whose first steps wait for a pool still starts its process), and how often queued runs are launched.
+MAX_CONCURRENT_RUNS = 4
+DEQUEUE_INTERVAL_SECONDS = 1
 
 DAGSTER_YAML = f"""\
 # Written by noisycal (orchestration/instance.py) for every entry point; edits here are overwritten.
@@ -72,11 +77,25 @@ nux:
   enabled: false
 concurrency:
   pools:
-    # every warehouse asset is in the "duckdb" pool: one DuckDB writer at a time
+    # one slot per pool: "duckdb" (every warehouse step: one DuckDB writer at a time) and "compute" (encoder
+    # training and embedding, whose short warehouse reads and writes retry on DuckDB's lock)
     default_limit: 1
+    # a run whose first steps wait for a slot is launched anyway (counted in slots: up to the run-queue
+    # limit), so its process starts while the slot's holder finishes instead of after it
+    op_granularity_run_buffer: {MAX_CONCURRENT_RUNS}
   runs:
     # the run queue (QueuedRunCoordinator, run by the daemon)
-    max_concurrent_runs: 4
+    max_concurrent_runs: {MAX_CONCURRENT_RUNS}
+run_queue:
+  # how often the daemon launches queued runs (Dagster's default: 5 s), each in a thread of its own: two runs
+  # requested together start their processes side by side, not one after the other
+  dequeue_interval_seconds: {DEQUEUE_INTERVAL_SECONDS}
+  dequeue_use_threads: true
+  dequeue_num_workers: 4
+sensors:
+  # sensors are evaluated in parallel threads: a slow one (the snapshot copy) never delays another
+  use_threads: true
+  num_workers: 4
 # the daemon marks crashed run workers failed and frees the pool slots of finished runs
 run_monitoring:
   enabled: true
@@ -286,15 +305,6 @@ def daemon_running(instance: dg.DagsterInstance, within: float = DAEMON_FRESH_SE
 
 
 # ------------------------------------------------------------------------------------------- failed partitions
-def _root_message(error) -> str:
-    while error is not None and error.cause is not None:
-        error = error.cause
-    if error is None:
-        return "unknown error"
-    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else (error.cls_name or "error")
-
-
 def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict]:
     """(asset, partition) whose latest run failed, with the reason; a later successful run clears it."""
 
@@ -316,7 +326,7 @@ def latest_failures(instance: dg.DagsterInstance, limit: int = 200) -> list[dict
         if run.status == dg.DagsterRunStatus.FAILURE:
             for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
                 step = event.dagster_event.step_key or ""
-                reasons[step.replace("__", "/")] = _root_message(event.dagster_event.event_specific_data.error)
+                reasons[step.replace("__", "/")] = root_message(event.dagster_event.event_specific_data.error)
             if not reasons:
                 run_failures = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
                 message = run_failures[-1].dagster_event.message if run_failures else "run failed"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from assets.service_checks import CHECK_NAME, report_run_failure, root_message
 from noisycal_platform.io import atomic_write_text
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
@@ -26,8 +27,12 @@ from orchestration.instance import (
     recover,
     wait_for_pools,
 )
+from orchestration.queue import submit, wait
 
 __all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
+
+_T = dg.DagsterEventType
+_QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 @dataclass
@@ -40,6 +45,10 @@ class TickReport:
     failed: set = field(default_factory=set)
     home: str = ""
     snapshot: str | None = None
+    #: runs go through the daemon's run queue (a daemon serves the home) instead of running in this process
+    queued: bool = False
+    #: said instead of running anything (tick under a daemon)
+    note: str = ""
 
     @property
     def n_runs(self) -> int:
@@ -91,48 +100,51 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
         selection = [k for k in selection if k not in blocked]
         if not selection:
             return
-    wait_for_pools(report.home, instance)
-    result = dg.materialize(
-        _all_assets(defs),
-        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},
-        selection=selection,
-        partition_key=partition_key,
-        instance=instance,
-        resources=defs.resources,
-        tags={**{k: str(v) for k, v in (tags or {}).items()}, **process_tags()},
-        raise_on_error=False,
-    )
+    tags = {k: str(v) for k, v in (tags or {}).items()}
+    if report.queued:  # a daemon serves the home: its run queue launches the run (orchestration.queue)
+        run_id = submit(report.home, list(selection), partition_key, tags)  # its worker is the daemon's
+        wait(instance, run_id)
+    else:
+        tags.update(process_tags())  # recover() marks the run failed if this process dies
+        wait_for_pools(report.home, instance)
+        result = dg.materialize(
+            _all_assets(defs), selection=selection, partition_key=partition_key, instance=instance,
+            resources=defs.resources, tags=tags, run_config=_QUIET_LOGS, raise_on_error=False,
+        )
+        run_id = result.run_id
+    _record_run(defs, instance, run_id, selection, partition_key, report, reason)
+
+
+def _record_run(defs, instance, run_id: str, selection, partition_key, report: TickReport, reason: str) -> None:
+    """What a finished run did, from its event log: success, materialised assets, blocking check failures."""
+    run = instance.get_run_by_id(run_id)
+    success = run.status == dg.DagsterRunStatus.SUCCESS
     report.runs.append(
         {
             "reason": reason,
             "assets": sorted(k.to_user_string() for k in selection),
             "partition": partition_key,
-            "success": result.success,
-            "run_id": result.run_id,
+            "success": success,
+            "run_id": run_id,
         }
     )
-    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    materialized = {e.dagster_event.asset_key for e in instance.all_logs(run_id, of_type=_T.ASSET_MATERIALIZATION)}
+    evaluations = [
+        e.dagster_event.event_specific_data for e in instance.all_logs(run_id, of_type=_T.ASSET_CHECK_EVALUATION)
+    ]
     failed_checks = {
-        e.asset_key
-        for e in result.get_asset_check_evaluations()
-        if not e.passed and e.blocking and e.severity == dg.AssetCheckSeverity.ERROR
+        e.asset_key for e in evaluations if not e.passed and e.blocking and e.severity == dg.AssetCheckSeverity.ERROR
     }
     report.failed.update((k, partition_key) for k in selection if k not in materialized or k in failed_checks)
-    if not result.success:
-        failures = [
-            f"{e.step_key}: {_root_cause(e.event_specific_data.error)}" for e in result.all_events if e.is_step_failure
-        ]
-        report.runs[-1]["errors"] = failures
-
-
-def _root_cause(error) -> str:
-    """The innermost error message of a step failure (Dagster wraps user errors once or twice)."""
-    if error is None:
-        return "unknown error"
-    while error.cause is not None:
-        error = error.cause
-    lines = [ln for ln in error.message.strip().splitlines() if ln.strip()]
-    return lines[0] if lines else (error.cls_name or "error")
+    if success:
+        return
+    if not report.queued:  # under the daemon, failed_run_sensor reports the failed check
+        checked = {k.asset_key for k in defs.resolve_asset_graph().asset_check_keys if k.name == CHECK_NAME}
+        report_run_failure(instance, run, checked)
+    report.runs[-1]["errors"] = [
+        f"{e.step_key}: {root_message(e.dagster_event.event_specific_data.error)}"
+        for e in instance.all_logs(run_id, of_type=_T.STEP_FAILURE)
+    ]
 
 
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
@@ -209,20 +221,33 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
 
 @contextmanager
 def _runner_session(
-    home: str | Path, defs: dg.Definitions | None, what: str, lock_timeout: float
+    home: str | Path, defs: dg.Definitions | None, what: str, lock_timeout: float, *, queue: bool = False
 ) -> Iterator[tuple[dg.Definitions, dg.DagsterInstance, TickReport]]:
-    """What every in-process runner holds while it runs: the definitions (built for the home unless given), the
-    home lock, the instance (refused when a daemon runs beside it) and a report that lists the recovered runs."""
+    """What every runner holds while it runs: the definitions (built for the home unless given), the instance
+    and a report. Without a daemon: the home lock, and the report lists the recovered runs. With a daemon
+    serving the home: ``queue`` runners submit their runs to its run queue (``report.queued``); others are
+    refused (they would evaluate the daemon's sensors with cursors of their own)."""
     if defs is None:
         from definitions import build_definitions
 
         defs = build_definitions(home)
     report = TickReport(home=str(home))
+    instance = instance_for(home)
+    if queue and daemon_running(instance):
+        report.queued = True
+        yield defs, instance, report
+        return
     with home_lock(home, what, timeout=lock_timeout):
         instance = instance_for(home)
         _refuse_under_daemon(instance, what)
         report.recovered = recover(home, instance)
         yield defs, instance, report
+
+
+DAEMON_TICKS = (
+    "a dagster-daemon serves this home (noisycal serve / noisycal ui): it evaluates the sensors and the "
+    "automation every few seconds and launches their runs through its run queue; nothing to do"
+)
 
 
 def tick(
@@ -238,8 +263,12 @@ def tick(
 
     The very first automation evaluation of a home only records a baseline (Dagster's eager condition never
     fires on it), exactly as the daemon's first tick does. One runner per home at a time (``home_lock``);
-    runs of runners that died are marked failed and their pool slots freed first (``recover``).
+    runs of runners that died are marked failed and their pool slots freed first (``recover``). While a daemon
+    serves the home it does all this itself, every few seconds, through its run queue: ``tick`` then runs
+    nothing and says so (``report.note``).
     """
+    if daemon_running(instance_for(home)):
+        return TickReport(home=str(home), note=DAEMON_TICKS)
     with _runner_session(home, defs, "noisycal tick", lock_timeout) as (defs, instance, report):
         state = _load_state(home)
         try:
@@ -270,8 +299,8 @@ def _refuse_under_daemon(instance: dg.DagsterInstance, what: str) -> None:
 
 def _refresh_snapshot(report: TickReport) -> None:
     """Refresh the read-only warehouse copy after a tick/materialize that ran something (orchestration.snapshot)."""
-    if not any(r["success"] and not r.get("skipped") for r in report.runs):
-        return
+    if report.queued or not any(r["success"] and not r.get("skipped") for r in report.runs):
+        return  # under the daemon, snapshot_sensor refreshes it after each successful run
     from orchestration.snapshot import refresh_snapshot
 
     try:
@@ -292,14 +321,28 @@ def _refresh_snapshot(report: TickReport) -> None:
 
 
 def materialize_everything(
-    home: str | Path, defs: dg.Definitions | None = None, lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+    home: str | Path,
+    defs: dg.Definitions | None = None,
+    lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    *,
+    select: list[str] | None = None,
 ) -> TickReport:
-    """Materialise every asset for every known partition (used after a tick to fill anything still missing)."""
-    with _runner_session(home, defs, "noisycal materialize", lock_timeout) as (defs, instance, report):
+    """Materialise every asset for every known partition (used after a tick to fill anything still missing).
+
+    ``select`` (keys such as ``"raw/annotations"``) keeps only those assets. While a daemon serves the home,
+    each run is submitted to its run queue and waited for, in the same order."""
+    with _runner_session(home, defs, "noisycal materialize", lock_timeout, queue=True) as (defs, instance, report):
         graph = defs.resolve_asset_graph()
         levels = _topological_levels(defs)
         groups: dict[tuple, list[dg.AssetKey]] = defaultdict(list)
-        for key in graph.materializable_asset_keys:
+        keys = graph.materializable_asset_keys
+        if select is not None:
+            wanted = {dg.AssetKey.from_user_string(k) for k in select}
+            unknown = wanted - keys
+            if unknown:
+                raise ValueError(f"no such asset(s): {', '.join(sorted(k.to_user_string() for k in unknown))}")
+            keys = wanted
+        for key in keys:
             pdef = graph.get(key).partitions_def
             if pdef is None:
                 groups[(levels[key], "", "")].append(key)

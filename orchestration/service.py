@@ -14,12 +14,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout
-from orchestration.instance import dagster_home
+from orchestration.instance import dagster_home, instance_for
+from orchestration.queue import remove_service_file, write_service_file
 
-__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "service_commands"]
+__all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands", "webserver_answers"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKSPACE = REPO_ROOT / "workspace.yaml"
@@ -71,6 +74,9 @@ def _stop(children: dict[str, subprocess.Popen], timeout: float) -> None:
 def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_timeout: float = 30.0) -> int:
     """Run webserver + daemon until SIGTERM/SIGINT (returns 0) or until a child dies (returns 1)."""
     env = service_env(home)
+    # create the instance's SQLite storage here, once: the two children creating it at the same moment on a
+    # fresh home can leave its schema with two heads, and then neither starts
+    instance_for(home).dispose()
     stop = {"signal": None}
 
     def _on_signal(signum, _frame):
@@ -83,6 +89,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
             children[name] = subprocess.Popen(
                 cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
             )
+        write_service_file(home, host, port)  # where `noisycal materialize` submits runs (orchestration.queue)
         print(
             f"noisycal serve: Dagster UI on http://{host}:{port}, daemon running "
             f"(DAGSTER_HOME={env['DAGSTER_HOME']}); pids "
@@ -98,6 +105,44 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
         print(f"noisycal serve: {signal.Signals(stop['signal']).name} received, stopping", flush=True)
         return 0
     finally:
+        remove_service_file(home)
         _stop(children, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@contextmanager
+def serve_in_background(home: str | Path, port: int, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``noisycal serve`` for ``home`` as a child process (its own session) while the block runs; then SIGTERM,
+    and SIGKILL to its process group after 60 s (for benchmarks, tests and scripts)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "orchestration.cli", "--home", str(home), "serve", "--port", str(port)],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def webserver_answers(port: int, deadline: float, poll_s: float = 1.0) -> bool:
+    """Poll the Dagster webserver's ``/server_info`` on 127.0.0.1:``port`` until it answers 200 (True) or
+    ``deadline`` (a ``time.time()``) passes (False)."""
+    import urllib.request
+
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            time.sleep(poll_s)
+    return False

@@ -1,10 +1,10 @@
 """Starting a local web server in a test: a free port, and waiting until Dagster's ``/server_info`` answers."""
 
 import socket
-import time
-import urllib.request
 
 import pytest
+
+from orchestration.service import webserver_answers
 
 
 def free_port() -> int:
@@ -16,11 +16,5 @@ def free_port() -> int:
 
 def wait_for_server_info(port: int, deadline: float, poll_s: float, what: str) -> None:
     """Poll ``/server_info`` on ``port`` until it answers 200; fail the test naming ``what`` after ``deadline``."""
-    while time.time() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(poll_s)
-    pytest.fail(what)
+    if not webserver_answers(port, deadline, poll_s):
+        pytest.fail(what)

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from assets.service_checks import CHECK_NAME as RUN_CHECK
 from definitions import build_definitions
 
 ASSET_KEYS = [
@@ -66,6 +67,7 @@ SENSORS = [
     "automation",
     "confirmation_sensor",
     "dataset_sensor",
+    "failed_run_sensor",
     "generations_sensor",
     "model_version_sensor",
     "reference_sensor",
@@ -79,7 +81,9 @@ def test_definitions_load_with_the_expected_graph(tmp_path):
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     assert sorted(k.to_user_string() for k in graph.get_all_asset_keys()) == ASSET_KEYS
-    assert sorted(c.name for c in graph.asset_check_keys) == CHECKS
+    assert sorted(c.name for c in graph.asset_check_keys if c.name != RUN_CHECK) == CHECKS
+    # every asset has the check that fails while the latest run of one of its partitions failed
+    assert {c.asset_key for c in graph.asset_check_keys if c.name == RUN_CHECK} == graph.materializable_asset_keys
     assert sorted(s.name for s in defs.sensors) == SENSORS
     assert [s.name for s in defs.schedules] == ["quality_monitor"]
 
@@ -90,10 +94,12 @@ def test_every_sensor_and_schedule_starts_running(tmp_path):
     assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in defs.schedules)
 
 
-def test_every_warehouse_asset_is_in_the_duckdb_pool(tmp_path):
+def test_every_warehouse_asset_is_in_the_duckdb_pool_and_the_encoder_steps_in_the_compute_pool(tmp_path):
     graph = build_definitions(tmp_path).resolve_asset_graph()
     pools = {k.to_user_string(): graph.get(k).pools for k in graph.materializable_asset_keys}
-    assert {k for k, p in pools.items() if p != {"duckdb"}} == set()
+    compute = {"cleaning/ssl_encoder", "cleaning/embeddings"}  # long compute, short warehouse reads/writes
+    assert {k for k, p in pools.items() if p != {"duckdb"}} == compute
+    assert all(pools[k] == {"compute"} for k in compute)
 
 
 def test_lineage_of_the_calibration_chain(tmp_path):

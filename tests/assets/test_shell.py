@@ -23,3 +23,9 @@ def test_safe_form_quotes_no_content_and_other_errors_pass_through():
     assert not caught.value.metadata
     with pytest.raises(KeyError), failing_on(InputError):
         raise KeyError("not an input error")
+
+
+def test_a_step_reading_several_files_names_the_one_at_fault():
+    with pytest.raises(dg.Failure) as caught, failing_on(InputError, file="predictions.csv", file_of_error=True):
+        raise InputError("items.csv", "duplicate item_id", row=4, column="item_id")
+    assert caught.value.metadata["file"] == dg.MetadataValue.text("items.csv")

@@ -43,6 +43,11 @@ def test_dagster_yaml_is_the_platform_one_and_the_instance_reads_it(tmp_path):
     assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
     assert instance.run_retries_enabled is True
     assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
+    # latency: queued runs are launched every second, in threads; sensors are evaluated in threads
+    assert instance.run_coordinator.dequeue_interval_seconds == 1 and instance.run_coordinator.dequeue_use_threads
+    queue = instance.get_concurrency_config().run_queue_config
+    assert queue.op_concurrency_slot_buffer == queue.max_concurrent_runs == 4
+    assert instance.get_sensor_settings()["use_threads"] is True
 
 
 def test_every_entry_point_writes_the_same_file():
@@ -147,16 +152,25 @@ def test_a_killed_holder_never_blocks_and_a_waiter_honours_sigterm(tmp_path):
                 p.kill()
 
 
-def test_tick_refuses_to_run_beside_a_live_daemon(tmp_path):
+def test_beside_a_live_daemon_tick_leaves_it_to_the_daemon_and_materialize_needs_its_queue(tmp_path):
     from dagster._daemon.types import DaemonHeartbeat
 
+    from orchestration.queue import QueueUnavailable
     from orchestration.runner import materialize_everything, tick
+
+    @dg.asset
+    def one() -> None:
+        return None
 
     home = tmp_path / "home"
     instance = instance_for(home)
     instance.add_daemon_heartbeat(DaemonHeartbeat(time.time() - 300, "SENSOR", "old", None))
-    assert tick(home, defs=dg.Definitions()).n_runs == 0  # a daemon that stopped long ago does not count
+    report = tick(home, defs=dg.Definitions())  # a daemon that stopped long ago does not count
+    assert report.n_runs == 0 and not report.note
     instance.add_daemon_heartbeat(DaemonHeartbeat(time.time(), "SENSOR", "live", None))
-    for run in (tick, materialize_everything):
-        with pytest.raises(HomeBusy, match="a dagster-daemon is running for this home"):
-            run(home, defs=dg.Definitions())
+    report = tick(home, defs=dg.Definitions(assets=[one]))
+    assert report.n_runs == 0 and "evaluates the sensors and the automation" in report.note
+    # no `noisycal serve` / `ui` webserver recorded for the home: nothing to submit the run to, nothing runs
+    with pytest.raises(QueueUnavailable, match="a dagster-daemon is running for this home"):
+        materialize_everything(home, defs=dg.Definitions(assets=[one]))
+    assert instance.get_run_records() == []
