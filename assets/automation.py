@@ -4,6 +4,10 @@
   hash (run_key = sha256, so a repeated or renamed copy requests nothing); downstream assets follow through
   their eager automation condition.
 - ``confirmation_sensor``: the confirmation tool appended answers -> ``raw/confirmations`` reruns.
+- ``queue_refill_sensor``: the answers reach deeper into a dataset's near-duplicate ranking than two stopping
+  runs before its end -> ``cleaning/rank_near_duplicates`` reruns for that dataset at the depth they need, and
+  the confirmation queue follows (the queue extends as annotators go; only the stopping rule or the true end of
+  the candidates ends a session).
 - ``audit_answers_sensor``: correctness-audit answers (web tool log, annotation CSVs), adjudications or the
   audit sample added or changed -> ``correctness/audit_agreement`` reruns (its consensus file then reloads
   ``raw/audit_labels`` through ``generations_sensor``).
@@ -26,13 +30,16 @@ import json
 import dagster as dg
 
 from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
+from assets.cleaning import RANK_NEAR_DUPLICATES, n_stop_of
 from assets.correctness import AUDIT_AGREEMENT
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
+from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.correctness.audit_sample import AuditPaths
 from noisycal_platform.io import sha256_file
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
+from resources.settings import SettingsResource
 
 __all__ = [
     "JOBS",
@@ -47,6 +54,7 @@ __all__ = [
     "model_version_sensor",
     "quality_monitor",
     "quality_monitor_job",
+    "queue_refill_sensor",
     "reference_sensor",
     "settings_sensor",
     "snapshot_sensor",
@@ -98,6 +106,35 @@ def confirmation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResourc
         run_requests=[dg.RunRequest(run_key=f"confirmations-{key}", asset_selection=[CONFIRMATIONS])],
         cursor=fingerprint,
     )
+
+
+def _stored_depth(instance: dg.DagsterInstance, dataset: str) -> int | None:
+    """``pairs_per_kind`` of the latest ``rank_near_duplicates[dataset]`` materialisation (None: never built)."""
+    filt = dg.AssetRecordsFilter(asset_key=RANK_NEAR_DUPLICATES, asset_partitions=[dataset])
+    records = instance.fetch_materializations(filt, limit=1).records
+    if not records or records[0].asset_materialization is None:
+        return None
+    value = records[0].asset_materialization.metadata.get("pairs_per_kind")
+    return int(value.value) if value is not None else None
+
+
+@dg.sensor(target=[RANK_NEAR_DUPLICATES], default_status=RUNNING)
+def queue_refill_sensor(
+    context: dg.SensorEvaluationContext, inbox: InboxResource, settings: SettingsResource
+) -> dg.SensorResult:
+    """Rerun a dataset's near-duplicate ranking when its answers need more pairs than it holds
+    (`cleaning.pipeline.near_duplicate_queue_depths`); a dataset never ranked is left to its first build."""
+    stored = {d: _stored_depth(context.instance, d) for d in context.instance.get_dynamic_partitions(DATASETS.name)}
+    built = [d for d, depth in stored.items() if depth is not None]
+    need = cp.near_duplicate_queue_depths(inbox.layout, built, initial=settings.near_duplicate_top_k,
+                                          n_stop=n_stop_of(settings)) if built else {}
+    deeper = {d: n for d, n in need.items() if n > stored[d]}
+    if not deeper:
+        return dg.SensorResult(skip_reason=dg.SkipReason("every near-duplicate queue reaches past its answers"))
+    return dg.SensorResult(run_requests=[
+        dg.RunRequest(run_key=f"queue-{d}-{n}", partition_key=d, asset_selection=[RANK_NEAR_DUPLICATES])
+        for d, n in sorted(deeper.items())
+    ])
 
 
 def _folder_fingerprint(*folders) -> str:
@@ -285,6 +322,7 @@ SENSORS = [
     annotation_sensor,
     audit_answers_sensor,
     confirmation_sensor,
+    queue_refill_sensor,
     reference_sensor,
     model_version_sensor,
     dataset_sensor,

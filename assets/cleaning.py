@@ -18,10 +18,9 @@ from assets.raw import CONFIRMATIONS, IMAGES
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA
 from noisycal_platform.cleaning.expert_lay import DIFF_SCHEMA, TEST_SCHEMA
-from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES, queue_depth, stopping_count
+from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES, stopping_count
 from noisycal_platform.cleaning.sensitivity import SENSITIVITY_SCHEMA
 from noisycal_platform.confirm_app.queue import write_snapshot
-from noisycal_platform.ingest import read_confirmation_records
 from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.compute import ComputeResource
 from resources.executor import kernel_client
@@ -50,7 +49,8 @@ CONFIRMED_IN = {**IMAGES_IN, "confirmed_issues": dg.AssetIn(CONFIRMED_ISSUES)}
 AFTER_QUEUE = {"ins": {"confirmations": dg.AssetIn(CONFIRMATIONS)}, "deps": [CONFIRMATION_QUEUE]}
 
 
-def _n_stop(settings: SettingsResource) -> int:
+def n_stop_of(settings: SettingsResource) -> int:
+    """n of the stopping rule (n consecutive "no"), from the clinic's p_chance and p_plus (seed 001 §3.3)."""
     return max(1, stopping_count(settings.p_chance, settings.p_plus))
 
 
@@ -166,9 +166,9 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
 def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame, embeddings: pl.DataFrame,
                          inbox: InboxResource, settings: SettingsResource) -> dg.Output:
     # the queue extends as annotators go: two stopping runs beyond the deepest near-duplicate answered so far
-    answers = cp.answers_from_records(read_confirmation_records(inbox.layout)[0].drop("line").to_dicts())
-    depth = queue_depth(answers, context.partition_key, "near_duplicate", initial=settings.near_duplicate_top_k,
-                        n_stop=_n_stop(settings))
+    dataset = context.partition_key
+    depth = cp.near_duplicate_queue_depths(inbox.layout, [dataset], initial=settings.near_duplicate_top_k,
+                                           n_stop=n_stop_of(settings))[dataset]
     with kernel_client(settings) as client:
         frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
                                            k=settings.near_duplicate_k, client=client)
@@ -209,7 +209,7 @@ def confirmation_queue(
         max_per_type=settings.queue_max_per_type,
     )
     meta = write_snapshot(
-        exports, dataset, queue, dataset_root=str(images["root"][0]), stopping_count=_n_stop(settings),
+        exports, dataset, queue, dataset_root=str(images["root"][0]), stopping_count=n_stop_of(settings),
         p_chance=settings.p_chance, p_plus=settings.p_plus,
     )
     return dg.Output(
@@ -235,7 +235,7 @@ def confirmed_issues(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     answers = _answers(confirmations, context.partition_key)
-    frame = cp.confirmed_issues(answers, confirmation_queue, roles=cp.PANEL_ROLES, n_stop=_n_stop(settings))
+    frame = cp.confirmed_issues(answers, confirmation_queue, roles=cp.PANEL_ROLES, n_stop=n_stop_of(settings))
     meta = {
         f"{rule}_{t}": int(frame.filter(pl.col(rule) & (pl.col("issue_type") == t)).height)
         for rule in RULES
@@ -257,7 +257,7 @@ def annotation_sessions(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     answers = _answers(confirmations, context.partition_key)
-    frame = cp.session_endings_table(answers, confirmation_queue, n_stop=_n_stop(settings))
+    frame = cp.session_endings_table(answers, confirmation_queue, n_stop=n_stop_of(settings))
     return dg.Output(frame, metadata={"sessions": frame.height, **_counts(frame, "ended_by", "ended_by")})
 
 

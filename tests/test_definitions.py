@@ -70,6 +70,7 @@ SENSORS = [
     "failed_run_sensor",
     "generations_sensor",
     "model_version_sensor",
+    "queue_refill_sensor",
     "reference_sensor",
     "settings_sensor",
     "snapshot_sensor",

@@ -41,6 +41,7 @@ from noisycal_platform.cleaning.protocol import (
     answers_from_records,
     effective_answers,
     label_error_prevalence_ci,
+    queue_depth,
     select_removals,
     truncate_sessions,
 )
@@ -64,6 +65,7 @@ from noisycal_platform.cleaning.sessions import SESSION_ENDINGS_SCHEMA, session_
 if TYPE_CHECKING:  # pragma: no cover
     from noisycal_platform.cleaning.embedding_cache import EncoderArtifact
     from noisycal_platform.cleaning.encoder import EncoderConfig
+    from noisycal_platform.paths import HomeLayout
 
 __all__ = [
     "ANSWER_SCHEMA",
@@ -109,6 +111,7 @@ __all__ = [
     "issue_table",
     "label_error_prevalence",
     "label_error_table",
+    "near_duplicate_queue_depths",
     "near_duplicate_rankings",
     "near_duplicate_table",
     "queue_from_tables",
@@ -774,6 +777,17 @@ def near_duplicate_rankings(
         pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )
     return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+
+
+def near_duplicate_queue_depths(
+    layout: HomeLayout, datasets: Sequence[str], *, initial: int, n_stop: int
+) -> dict[str, int]:
+    """Per dataset, the pairs its near-duplicate ranking must hold so that the queue keeps two stopping runs
+    beyond the deepest answer logged so far (`protocol.queue_depth` over ``inbox/confirmations``, seed 001 §3.3)."""
+    from noisycal_platform.ingest import read_confirmation_records
+
+    answers = answers_from_records(read_confirmation_records(layout)[0].drop("line").to_dicts())
+    return {d: queue_depth(answers, d, "near_duplicate", initial=initial, n_stop=n_stop) for d in datasets}
 
 
 def label_error_table(images: pl.DataFrame, embeddings: pl.DataFrame, client: Any = None) -> pl.DataFrame:

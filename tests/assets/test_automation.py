@@ -298,3 +298,37 @@ def test_new_audit_answers_request_the_agreement_once(defs, layout):
     (paths.adjudications / "joint.csv").write_text("dataset,model,case_id,human_correct,error_category\n")
     r3 = audit_answers_sensor(_ctx(defs, layout, cursor=r1.cursor, name="audit_answers_sensor"))
     assert len(r3.run_requests) == 1 and r3.run_requests[0].run_key != r1.run_requests[0].run_key
+
+
+def test_queue_refill_sensor_reruns_a_ranking_the_answers_reach_past(layout):
+    from assets.automation import queue_refill_sensor
+    from assets.cleaning import RANK_NEAR_DUPLICATES
+    from assets.policy import DATASETS
+    from tests.unit.cleaning._answers import answer_record, stamp
+
+    # n_stop = stopping_count(0.5, 0.5) = 1: the queue must hold two pairs beyond the deepest answer
+    (layout.home / "settings.json").write_text(json.dumps({"near_duplicate_top_k": 10, "p_chance": 0.5,
+                                                           "p_plus": 0.5}))
+    defs = build_definitions(layout.home)
+    instance = instance_for(layout.home)
+    instance.add_dynamic_partitions(DATASETS.name, ["d", "never_ranked"])
+
+    def ranked(depth: int) -> None:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(asset_key=RANK_NEAR_DUPLICATES, partition="d", metadata={"pairs_per_kind": depth})
+        )
+
+    def evaluate():
+        ctx = dg.build_sensor_context(instance=instance, definitions=defs, sensor_name="queue_refill_sensor",
+                                      resources=defs.resources)
+        return queue_refill_sensor(ctx)
+
+    ranked(10)
+    assert not evaluate().run_requests  # no answers yet: the initial depth (near_duplicate_top_k) holds
+    answers = [answer_record(f"a{i}", "r1", f"x{i}", "no", i, stamp(i), issue_type="near_duplicate",
+                             item_id_2=f"y{i}") for i in range(9)]  # positions 0..8: deepest rank 9
+    (layout.confirmation_inbox / "r1.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
+    result = evaluate()
+    assert [(r.partition_key, r.run_key) for r in result.run_requests] == [("d", "queue-d-11")]  # 9 + 2 × 1
+    ranked(11)
+    assert not evaluate().run_requests  # the ranking now reaches past the answers
