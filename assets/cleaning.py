@@ -211,6 +211,7 @@ def confirmation_queue(
     meta = write_snapshot(
         exports, dataset, queue, dataset_root=str(images["root"][0]), stopping_count=n_stop_of(settings),
         p_chance=settings.p_chance, p_plus=settings.p_plus,
+        extending=cp.extending_issue_types(images, rank_near_duplicates, settings.queue_max_per_type),
     )
     return dg.Output(
         queue,

@@ -106,6 +106,7 @@ __all__ = [
     "embeddings_table",
     "encoder_config",
     "expert_lay_table",
+    "extending_issue_types",
     "image_files",
     "irrelevant_table",
     "issue_table",
@@ -777,6 +778,15 @@ def near_duplicate_rankings(
         pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )
     return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+
+
+def extending_issue_types(images: pl.DataFrame, near_dups: pl.DataFrame, max_per_type: int | None) -> list[str]:
+    """Issue types whose queue is extended as annotators go (`near_duplicate_queue_depths`): the near-duplicate
+    one while its ranking holds fewer than all N(N − 1)/2 pairs and no ``queue_max_per_type`` cap is set. The
+    other rankings hold every image already."""
+    pairs = near_dups.filter(pl.col("embedding_kind") == "dino").height if near_dups.height else 0
+    n = images.height
+    return ["near_duplicate"] if max_per_type is None and pairs < n * (n - 1) // 2 else []
 
 
 def near_duplicate_queue_depths(

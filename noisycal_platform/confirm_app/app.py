@@ -348,7 +348,7 @@ def build_app(home: Path) -> Starlette:
             request, "question.html", session=session, dataset=dataset, issue_type=issue_type,
             q=QUESTIONS[issue_type], state=st, cand=cand, images=images, prefetch=prefetch,
             answer_url=q_url(dataset, issue_type) + "/answer", undo_url=q_url(dataset, issue_type) + "/undo",
-            read_only=session.annotator.role not in ANSWER_ROLES,
+            read_only=session.annotator.role not in ANSWER_ROLES, extending=issue_type in snap.extending,
         )
 
     async def answer(request: Request) -> Response:

@@ -1,6 +1,8 @@
 """The confirmation queue snapshot the pipeline exports and the web tool reads (both sides of the format here):
 ``exports/confirmation_queue/<dataset>.parquet`` (one row per candidate, ranking order by ``position``) and
-``<dataset>.meta.json`` (dataset_root, stopping_count, p_chance, p_plus, created, queue_version).
+``<dataset>.meta.json`` (dataset_root, stopping_count, p_chance, p_plus, created, queue_version, extending: the
+issue types whose ranking is extended as annotators go, so that the end of their queue is not the end of the
+candidates).
 
 :func:`write_snapshot` writes both files atomically (Parquet first, so a reader that sees the new meta also finds
 its Parquet). A snapshot is parsed once and cached until either file's stat changes; the question page then costs
@@ -97,6 +99,7 @@ class QueueSnapshot:
     queue_version: str
     by_type: dict[str, Ranking]
     item_ids: frozenset[str] = field(repr=False)
+    extending: frozenset[str] = frozenset()
 
     def candidates(self, issue_type: str) -> Ranking:
         return self.by_type.get(issue_type, _EMPTY)
@@ -145,6 +148,7 @@ def _load(meta_path: Path, parquet_path: Path, dataset: str) -> QueueSnapshot:
         queue_version=str(meta.get("queue_version", "")),
         by_type=by_type,
         item_ids=frozenset(items),
+        extending=frozenset(str(t) for t in meta.get("extending", ()) if t in ISSUE_TYPES),
     )
 
 
@@ -162,6 +166,7 @@ def write_snapshot(
     stopping_count: int,
     p_chance: float,
     p_plus: float,
+    extending: Sequence[str] = (),
 ) -> dict[str, object]:
     """Write ``<folder>/<dataset>.parquet`` (``queue``, columns as the reader needs) and ``<dataset>.meta.json``
     atomically; ``queue_version`` = sha256 of the Parquet bytes. Returns the meta written."""
@@ -181,6 +186,7 @@ def write_snapshot(
         "p_plus": p_plus,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "queue_version": hashlib.sha256(data).hexdigest(),
+        "extending": sorted(extending),
     }
     folder = Path(folder)
     atomic_write_bytes(folder / f"{dataset}.parquet", data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
@@ -258,3 +259,17 @@ def test_admin_page_counts(fx, login):
                     "l1": "finished (stopping rule)"}
     answered = dict(re.findall(r'data-name="(\w+)">.*?class="answered">(\d+)<', section, re.S))
     assert answered == {"e1": "3", "e2": "3", "e3": "2", "l1": "5"}
+
+
+def test_end_of_an_extending_queue_is_not_called_the_end_of_the_candidates(fx, login):
+    meta_path = fx.home / "exports" / "confirmation_queue" / "derm.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "extending": ["near_duplicate"]}))
+    c = login("e1")
+    url = "/q/derm/near_duplicate"
+    for ans in ["yes", "no", "yes", "no"][: len(fx.candidates("near_duplicate"))]:
+        _answer(c, ans, url)
+    page = c.get(url).text
+    assert 'id="finished"' in page and "every candidate prepared so far" in page
+    assert "every candidate has been answered" not in page
+    _progress_hidden(page)

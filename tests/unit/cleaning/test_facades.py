@@ -143,6 +143,10 @@ def test_the_snapshot_written_is_the_snapshot_the_web_tool_reads(tmp_path):
     assert snap is not None and snap.queue_version == meta["queue_version"] and snap.stopping_count == 7
     assert [c.item_id for c in snap.candidates("irrelevant")] == ["d.png", "b.png"]
     assert [(c.item_id, c.item_id_2) for c in snap.candidates("near_duplicate")] == [("a.png", "c.png")]
+    assert snap.extending == frozenset()
+    write_snapshot(folder, "ds1", queue, dataset_root=str(tmp_path / "ds1"), stopping_count=7, p_chance=0.1,
+                   p_plus=0.2, extending=["near_duplicate"])
+    assert QueueRegistry(tmp_path).get("ds1").extending == frozenset({"near_duplicate"})
     with pytest.raises(ValueError, match="cannot name a file"):
         write_snapshot(folder, "../x", queue, dataset_root="/r", stopping_count=1, p_chance=0.1, p_plus=0.1)
 

@@ -96,3 +96,16 @@ def test_the_stopping_rule_ends_a_session_inside_the_refilled_queue():
     queue = _queue(emb, answers, 4)
     end = session_endings(answers, queue, N_STOP).row(0, named=True)
     assert end["ended_by"] == "stopping_rule" and end["answered"] == 4 + N_STOP < end["candidates"]
+
+
+def test_only_an_uncapped_pair_ranking_short_of_all_pairs_extends():
+    import polars as pl
+
+    from noisycal_platform.cleaning.pipeline import extending_issue_types
+
+    images = pl.DataFrame({"idx": [0, 1, 2, 3]})  # 4 images: 6 pairs in all
+    ranked = pl.DataFrame({"embedding_kind": ["dino"] * 5 + ["baseline"] * 6})
+    assert extending_issue_types(images, ranked, None) == ["near_duplicate"]
+    assert extending_issue_types(images, ranked, 5) == []  # a cap the clinic set is not extended
+    every = pl.DataFrame({"embedding_kind": ["dino"] * 6})
+    assert extending_issue_types(images, every, None) == []  # every pair is ranked: the true end
