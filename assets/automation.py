@@ -123,14 +123,20 @@ def queue_refill_sensor(
     context: dg.SensorEvaluationContext, inbox: InboxResource, settings: SettingsResource
 ) -> dg.SensorResult:
     """Rerun a dataset's near-duplicate ranking when its answers need more pairs than it holds
-    (`cleaning.pipeline.near_duplicate_queue_depths`); a dataset never ranked is left to its first build."""
+    (`cleaning.pipeline.near_duplicate_queue_depths`); a dataset never ranked is left to its first build. The
+    cursor is the answer files' fingerprint once every queue reaches past them, so unchanged answers are not
+    read again every evaluation (requests are repeated until the reruns they ask for have landed)."""
+    fingerprint = inbox.confirmation_fingerprint()
+    if not fingerprint or fingerprint == (context.cursor or ""):
+        return dg.SensorResult(skip_reason=dg.SkipReason("no new confirmation answers"))
     stored = {d: _stored_depth(context.instance, d) for d in context.instance.get_dynamic_partitions(DATASETS.name)}
     built = [d for d, depth in stored.items() if depth is not None]
     need = cp.near_duplicate_queue_depths(inbox.layout, built, initial=settings.near_duplicate_top_k,
                                           n_stop=n_stop_of(settings)) if built else {}
     deeper = {d: n for d, n in need.items() if n > stored[d]}
     if not deeper:
-        return dg.SensorResult(skip_reason=dg.SkipReason("every near-duplicate queue reaches past its answers"))
+        return dg.SensorResult(skip_reason=dg.SkipReason("every near-duplicate queue reaches past its answers"),
+                               cursor=fingerprint)
     return dg.SensorResult(run_requests=[
         dg.RunRequest(run_key=f"queue-{d}-{n}", partition_key=d, asset_selection=[RANK_NEAR_DUPLICATES])
         for d, n in sorted(deeper.items())

@@ -318,9 +318,9 @@ def test_queue_refill_sensor_reruns_a_ranking_the_answers_reach_past(layout):
             dg.AssetMaterialization(asset_key=RANK_NEAR_DUPLICATES, partition="d", metadata={"pairs_per_kind": depth})
         )
 
-    def evaluate():
+    def evaluate(cursor=None):
         ctx = dg.build_sensor_context(instance=instance, definitions=defs, sensor_name="queue_refill_sensor",
-                                      resources=defs.resources)
+                                      resources=defs.resources, cursor=cursor)
         return queue_refill_sensor(ctx)
 
     ranked(10)
@@ -330,5 +330,9 @@ def test_queue_refill_sensor_reruns_a_ranking_the_answers_reach_past(layout):
     (layout.confirmation_inbox / "r1.jsonl").write_text("".join(json.dumps(a) + "\n" for a in answers))
     result = evaluate()
     assert [(r.partition_key, r.run_key) for r in result.run_requests] == [("d", "queue-d-11")]  # 9 + 2 × 1
+    assert result.cursor is None  # asked again until the rerun lands
     ranked(11)
-    assert not evaluate().run_requests  # the ranking now reaches past the answers
+    done = evaluate()
+    assert not done.run_requests and done.cursor  # the ranking now reaches past the answers
+    ranked(5)  # not re-read while the answer files are unchanged
+    assert not evaluate(done.cursor).run_requests and evaluate(done.cursor).skip_reason
