@@ -195,9 +195,34 @@ def _topological_levels(defs) -> dict[dg.AssetKey, int]:
     return level
 
 
+@contextmanager
+def _dynamic_partitions_snapshot(instance: dg.DagsterInstance) -> Iterator[None]:
+    """Within one automation evaluation, read each dynamic partitions definition's keys once.
+
+    ``dg.evaluate_automation_conditions`` serialises every condition's subsets against the instance itself, and
+    each serialisation re-reads the partition keys from the event-log database (thousands of identical
+    queries per evaluation: most of a tick's time). Nothing adds partitions during the evaluation (sensors run
+    before it), so a snapshot taken on first read is exact; the instance's own method is restored after.
+    """
+    read = instance.get_dynamic_partitions
+    seen: dict[str, list[str]] = {}
+
+    def snapshot(partitions_def_name: str) -> list[str]:
+        if partitions_def_name not in seen:
+            seen[partitions_def_name] = list(read(partitions_def_name))
+        return list(seen[partitions_def_name])
+
+    instance.get_dynamic_partitions = snapshot  # an instance attribute: shadows the method, for this block only
+    try:
+        yield
+    finally:
+        del instance.get_dynamic_partitions
+
+
 def _run_automation(defs, instance, state, report: TickReport) -> int:
     cursor = dg.deserialize_value(state["automation_cursor"]) if state.get("automation_cursor") else None
-    result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+    with _dynamic_partitions_snapshot(instance):
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
     state["automation_cursor"] = dg.serialize_value(result.cursor)
     if result.total_requested == 0:
         return 0
