@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout, default_home
+from orchestration.signals import heed_interrupts
 
 
 def _progress_bar(event: dict) -> None:
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    heed_interrupts()  # before Dagster or Dask start any process (orchestration.signals)
     args = build_parser().parse_args(argv)
     if args.home is None:
         args.home = default_home()

@@ -5,6 +5,11 @@ import logging
 import pytest
 
 from noisycal_platform.paths import HomeLayout
+from orchestration.signals import heed_interrupts
+
+# a suite started in the background (CI runners, `make test &`) would otherwise pass ignored SIGINT/SIGTERM on
+# to the Dask workers and Dagster's log followers of the executor tests (orchestration.signals)
+heed_interrupts()
 
 
 @pytest.fixture(autouse=True)
