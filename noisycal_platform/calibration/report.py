@@ -179,14 +179,9 @@ def render_calibration_report(
     nc_row = nc_rows.row(0, named=True) if nc_rows.height else {}
     test: CalibrationTest | None = None
     if int(nc_row.get("n_bootstrap") or 0) > 0:
-        test = nc_ece_calibration_test(
-            matrix,
-            ct,
-            n_bins,
-            int(nc_row["n_bootstrap"]),
-            float(nc_row.get("ci_level") or 0.95),
-            int(nc_row.get("seed") or 0),
-        )
+        stored = {"n_bins": n_bins, "n_bootstrap": int(nc_row["n_bootstrap"]),
+                  "ci_level": float(nc_row.get("ci_level") or 0.95), "seed": int(nc_row.get("seed") or 0)}
+        test = nc_ece_calibration_test(matrix, ct, stored)
     band = test.bins.with_columns(pl.lit(n_bins).alias("n_bins")) if test is not None else None
     fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)], band)
     fig2 = ""
