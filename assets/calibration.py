@@ -43,7 +43,6 @@ def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
-    schema=cal.CHANNEL_ESTIMATES_SCHEMA,
     description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
     "diagnostics for the items this model version scored (seed 000 §4).",
 )
@@ -95,7 +94,6 @@ def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
-    schema=cal.NC_ECE_REPORT_SCHEMA,
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
     "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
     "(seed 000 §3, §C, §6).",
@@ -125,7 +123,6 @@ def nc_ece_report(
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
-    schema=cal.RECALIBRATORS_SCHEMA,
     description="Corrected-loss Platt/temperature (inside the compact parameter box) and projected-histogram "
     "recalibrators, plus the naive baselines, fitted with channels from the fit part of the split; parameters as "
     "JSON (exports/recalibrators/<version>/), never pickles (§5, §E.2, §E.5).",
@@ -156,7 +153,6 @@ def recalibrators(
 
 @CALIBRATION.asset(
     ins={**SCORED_INS, "reference_labels": dg.AssetIn(REFERENCE_LABELS)},
-    schema=cal.RECALIBRATION_REPORT_SCHEMA,
     description="Recalibrators scored on held-out items with channels not fitted on them (regime column): "
     "NC-ECE, naive ECE and, where clean reference labels exist, ECE, log loss and Brier score (§E.4).",
 )

@@ -42,13 +42,7 @@ from .class_tables import (
     scored_annotations,
 )
 from .diagnostics import assumption_checks
-from .recalibration_tables import (
-    RECALIBRATION_REPORT_SCHEMA,
-    RECALIBRATORS_SCHEMA,
-    recalibration_report_table,
-    recalibrator_exports,
-    recalibrators_table,
-)
+from .recalibration_tables import recalibration_report_table, recalibrator_exports, recalibrators_table
 from .subgroups import binary_subgroup_rows, class_subgroup_rows
 from .tables import (
     CHANNEL_TABLE_SCHEMA,
@@ -62,10 +56,6 @@ from .tables import (
 
 __all__ = [
     "ASSUMPTION_COLUMNS",
-    "CHANNEL_ESTIMATES_SCHEMA",
-    "NC_ECE_REPORT_SCHEMA",
-    "RECALIBRATION_REPORT_SCHEMA",
-    "RECALIBRATORS_SCHEMA",
     "UnknownLabelError",
     "annotation_matrix",
     "calibration_report",
@@ -84,8 +74,6 @@ ASSUMPTION_COLUMNS = {
     "invariance_p_value": pl.Float64,
     "assumption_note": pl.Utf8,
 }
-#: The columns of `channel_estimates`, binary and multi-class alike: the channel table, then the checks of §D.7.
-CHANNEL_ESTIMATES_SCHEMA = {**CHANNEL_TABLE_SCHEMA, **ASSUMPTION_COLUMNS}
 
 
 def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> AnnotationMatrix:
