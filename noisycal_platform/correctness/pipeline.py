@@ -67,10 +67,7 @@ DECISIONS_SCHEMA = {
 NO_NLI_CLUSTERING = "none: no NLI model configured; semantic entropy not computed (see answer_entropy)"
 UE_SCORES_SCHEMA = {
     **KEY_SCHEMA,
-    "self_certainty": pl.Float64,
-    "logtoku": pl.Float64,
-    "answer_entropy": pl.Float64,
-    "semantic_entropy": pl.Float64,
+    **dict.fromkeys(UE_METHODS, pl.Float64),  # one score per UE method, the columns the audit ranks by
     "semantic_entropy_discrete": pl.Float64,
     "n_answer_tokens": pl.Int64,
     "n_samples": pl.Int64,
