@@ -8,6 +8,7 @@ Check names are module constants so tests and the UI refer to the same strings.
 """
 
 import dataclasses
+from collections.abc import Callable
 
 import dagster as dg
 import polars as pl
@@ -178,26 +179,52 @@ def em_converged(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset_check(
-    asset=CHANNEL_ESTIMATES,
-    name=CHANNEL_GAP_NOT_ZERO,
-    description="Every channel gap is at least min_channel_gap: δ_j = 1 − a_j − b_j for two classes, the smallest "
+def _at_least_check(
+    asset: dg.AssetKey,
+    name: str,
+    description: str,
+    observed: Callable[[pl.DataFrame], float],
+    setting: str,
+    key: str,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+) -> dg.AssetChecksDefinition:
+    """A check that ``observed(table)`` is at least the clinic's ``settings.<setting>`` (`_at_least`: NaN fails;
+    the observed value is stored under ``key``, beside the limit)."""
+
+    @dg.asset_check(asset=asset, name=name, description=description)
+    def _check(frame: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
+        return _at_least(observed(frame), getattr(settings, setting), key, severity)
+
+    return _check
+
+
+def _smallest_gap(channel_estimates: pl.DataFrame) -> float:
+    return float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
+
+
+def _fewest_items_per_bin(nc_ece_report: pl.DataFrame) -> int:
+    return min((int(r["min_items_per_bin"]) for r in _nc_rows(nc_ece_report)), default=0)
+
+
+channel_gap_not_zero = _at_least_check(
+    CHANNEL_ESTIMATES,
+    CHANNEL_GAP_NOT_ZERO,
+    "Every channel gap is at least min_channel_gap: δ_j = 1 − a_j − b_j for two classes, the smallest "
     "singular value of the confusion matrix T_j for more; a gap near 0 makes the corrected labels (A − a)/δ, "
     "T_j^{-T} e_A, explode (seed 000 §4.3).",
+    _smallest_gap,
+    "min_channel_gap",
+    "min_gap",
 )
-def channel_gap_not_zero(channel_estimates: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
-    smallest = float(channel_estimates["gap"].min()) if channel_estimates.height else float("nan")
-    return _at_least(smallest, settings.min_channel_gap, "min_gap")
-
-
-@dg.asset_check(
-    asset=NC_ECE_REPORT,
-    name=ENOUGH_ITEMS_PER_BIN,
-    description="Every non-empty score bin holds at least min_items_per_bin items.",
+enough_items_per_bin = _at_least_check(
+    NC_ECE_REPORT,
+    ENOUGH_ITEMS_PER_BIN,
+    "Every non-empty score bin holds at least min_items_per_bin items.",
+    _fewest_items_per_bin,
+    "min_items_per_bin",
+    "min_items_per_bin",
+    dg.AssetCheckSeverity.WARN,
 )
-def enough_items_per_bin(nc_ece_report: pl.DataFrame, settings: SettingsResource) -> dg.AssetCheckResult:
-    fewest = min((int(r["min_items_per_bin"]) for r in _nc_rows(nc_ece_report)), default=0)
-    return _at_least(fewest, settings.min_items_per_bin, "min_items_per_bin", dg.AssetCheckSeverity.WARN)
 
 
 @dg.asset_check(

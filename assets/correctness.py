@@ -52,13 +52,7 @@ def criterion_decisions(
     "Answer Entropy, Semantic Entropy (discrete and likelihood-weighted).",
 )
 def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Output[pl.DataFrame]:
-    nli = None
-    if settings.nli_model_paths:
-        from noisycal_platform.correctness.models import load_nli_model
-
-        name, path = sorted(settings.nli_model_paths.items())[0]
-        nli = load_nli_model(path, name=name)
-    frame = cp.ue_scores(generations, nli_model=nli)
+    frame = cp.ue_scores(generations, nli_model=cp.entropy_nli_model(settings.nli_model_paths))
     return dg.Output(frame, metadata={"clustering": str(frame["se_clustering"][0]) if frame.height else "none"})
 
 
@@ -129,11 +123,9 @@ def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFra
 def audit_agreement(
     generations: pl.DataFrame, inbox: InboxResource, settings: SettingsResource
 ) -> dg.Output[pl.DataFrame]:
-    from noisycal_platform.correctness import audit_workflow as aw
-
-    res = aw.run_audit_agreement(inbox.layout.home, generations, seed=settings.seed)
+    res = cp.audit_agreement(inbox.layout.home, generations, seed=settings.seed)
     if res is None:
-        return dg.Output(pl.DataFrame(schema=aw.AGREEMENT_SCHEMA), metadata={"note": "no audit sample yet"})
+        return dg.Output(pl.DataFrame(schema=cp.AUDIT_AGREEMENT_SCHEMA), metadata={"note": "no audit sample yet"})
     overall = res.agreement.filter(pl.col("scope_kind") == "all").row(0, named=True)
     return dg.Output(
         res.agreement,

@@ -88,22 +88,21 @@ ANNOTATIONS = TableContract(
     unique_key=("item_id", "annotator_id"),
 )
 
-PREDICTIONS = TableContract(
-    name="predictions",
-    columns=(
-        ColumnSpec("item_id", "id", description="the scored item"),
-        ColumnSpec("score", "unit_float", description="the model's probability of class 1"),
-    ),
-    unique_key=("item_id",),
-)
 
-REFERENCE_LABELS = TableContract(
-    name="reference_labels",
-    columns=(
-        ColumnSpec("item_id", "id", description="the item"),
-        ColumnSpec("label", "binary", description="clean reference label, 0 or 1"),
-    ),
-    unique_key=("item_id",),
+def _keyed_by(name: str, key: ColumnSpec, *columns: ColumnSpec) -> TableContract:
+    """A table with one row per ``key`` value: the key column first, then ``columns``."""
+    return TableContract(name=name, columns=(key, *columns), unique_key=(key.name,))
+
+
+PREDICTIONS = _keyed_by(
+    "predictions",
+    ColumnSpec("item_id", "id", description="the scored item"),
+    ColumnSpec("score", "unit_float", description="the model's probability of class 1"),
+)
+REFERENCE_LABELS = _keyed_by(
+    "reference_labels",
+    ColumnSpec("item_id", "id", description="the item"),
+    ColumnSpec("label", "binary", description="clean reference label, 0 or 1"),
 )
 
 CONTRACTS = {c.name: c for c in (ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS)}
@@ -119,11 +118,7 @@ PROB_SUM_TOL = 1e-6  # the per-row tolerance on Σ_c p_c = 1
 
 #: ``items.csv`` (``models/<version>/`` or the home): ``item_id`` plus any metadata columns (site, sex, ...),
 #: each a subgroup variable; every other column is kept as text.
-ITEMS = TableContract(
-    name="items",
-    columns=(ColumnSpec("item_id", "id", description="the item described"),),
-    unique_key=("item_id",),
-)
+ITEMS = _keyed_by("items", ColumnSpec("item_id", "id", description="the item described"))
 
 #: ``raw.annotations`` as stored (what the blocking check runs): ``label`` may be null where ``label_text`` is a
 #: class name other than 0/1.
@@ -351,12 +346,9 @@ def confirmation_log_problems(records: list[Mapping]) -> dict[int, Problem]:
 # ------------------------------------------------------------------------------------------ cleaning scores
 #: A model's scores on an image dataset, for the cleaning-impact analysis (seed 001 §4.3):
 #: ``models/<version>/cleaning/<dataset>.csv``, one row per image (``file_name`` as in the dataset).
-CLEANING_SCORES = TableContract(
-    name="cleaning_scores",
-    columns=(
-        ColumnSpec("file_name", "id", description="the image, as named in the dataset"),
-        ColumnSpec("score", "unit_float", description="the model's probability of the positive class"),
-        ColumnSpec("target", "binary", description="the image's class for this model, 0 or 1"),
-    ),
-    unique_key=("file_name",),
+CLEANING_SCORES = _keyed_by(
+    "cleaning_scores",
+    ColumnSpec("file_name", "id", description="the image, as named in the dataset"),
+    ColumnSpec("score", "unit_float", description="the model's probability of the positive class"),
+    ColumnSpec("target", "binary", description="the image's class for this model, 0 or 1"),
 )

@@ -34,6 +34,8 @@ __all__ = [
 _fmt = report_html.fmt
 _html_table = report_html.html_table
 _png = report_html.figure_png
+#: The diagrams are plain ``<img>`` elements: a light frame, as the kit draws ``img.plot``.
+_EXTRA_CSS = "img{border:1px solid #eee;margin:4px}"
 
 
 def _bin_curve(p: np.ndarray, y: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,14 +181,9 @@ def render_calibration_report(
     nc_row = nc_rows.row(0, named=True) if nc_rows.height else {}
     test: CalibrationTest | None = None
     if int(nc_row.get("n_bootstrap") or 0) > 0:
-        test = nc_ece_calibration_test(
-            matrix,
-            ct,
-            n_bins,
-            int(nc_row["n_bootstrap"]),
-            float(nc_row.get("ci_level") or 0.95),
-            int(nc_row.get("seed") or 0),
-        )
+        stored = {"n_bins": n_bins, "n_bootstrap": int(nc_row["n_bootstrap"]),
+                  "ci_level": float(nc_row.get("ci_level") or 0.95), "seed": int(nc_row.get("seed") or 0)}
+        test = nc_ece_calibration_test(matrix, ct, stored)
     band = test.bins.with_columns(pl.lit(n_bins).alias("n_bins")) if test is not None else None
     fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)], band)
     fig2 = ""
@@ -208,14 +205,6 @@ def render_calibration_report(
             panels.append((f"{kind}\nheld-out items vs {tname}", curves2))
         fig2 = _reliability_figure(panels)
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>Calibration report {html.escape(model_version)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:13px}"
-        "td,th{border:1px solid #ccc;padding:3px 7px;"
-        "text-align:right}th{background:#f3f3f3}img{border:1px solid #eee;margin:4px}"
-        ".note{color:#555;font-size:13px}</style></head><body>",
-        f"<h1>Calibration report — model {html.escape(model_version)}</h1>",
         "<h2>Verdict</h2>",
         f"<p><b>Calibration against the clinic's limit:</b> {html.escape(calibration_verdict(nc_row, nc_ece_limit))}."
         "</p>",
@@ -299,8 +288,7 @@ def render_calibration_report(
             return _bin_curve(s[m], ytil[m], n_bins)[:2]
 
         parts += subgroup_section(nc_ece_report, curve, n_bins, min_items)
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    return report_html.page(f"Calibration report — model {model_version}", parts, extra_css=_EXTRA_CSS)
 
 
 def _test_sentence(nc_row: dict[str, Any]) -> str:
@@ -457,13 +445,6 @@ def render_multiclass_report(
     )])
     overall = nc_ece_report.filter(pl.col("estimator") == "nc_ece")
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>Calibration report {html.escape(model_version)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}"
-        "table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;"
-        "text-align:right}th{background:#f3f3f3}img{border:1px solid #eee;margin:4px}"
-        ".note{color:#555;font-size:13px}</style></head><body>",
-        f"<h1>Calibration report — model {html.escape(model_version)} ({len(cm.classes)} classes)</h1>",
         "<h2>Verdict</h2>",
     ]
     for r in overall.iter_rows(named=True):
@@ -502,5 +483,5 @@ def render_multiclass_report(
         parts += ["<h2>Recalibration (held-out items, top-label)</h2>",
                   _html_table(recalibration_report, ["name", "method", "corrected", "n_eval", "nc_ece",
                                                      "naive_soft_vote_ece", "regime"])]
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    title = f"Calibration report — model {model_version} ({len(cm.classes)} classes)"
+    return report_html.page(title, parts, extra_css=_EXTRA_CSS)

@@ -5,6 +5,7 @@ See `noisycal_platform.calibration.pipeline` for the flow and the per-bin formul
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -321,16 +322,11 @@ def _min_bin_count(b: np.ndarray, inc: np.ndarray, n_bins: int) -> int:
     return int(cnt[cnt > 0].min()) if inc.any() else 0
 
 
-def nc_ece_calibration_test(
-    matrix: AnnotationMatrix,
-    channel_table: Any,
-    n_bins: int = 15,
-    n_bootstrap: int = 500,
-    ci_level: float = 0.95,
-    seed: int = 0,
-) -> CalibrationTest:
-    """`calibration_test` on a matrix with the stored channel fit as point estimate (re-estimated in every
-    replicate unless the table holds known channels) and the stored weight rule (else its weights)."""
+def nc_ece_calibration_test(matrix: AnnotationMatrix, channel_table: Any, row: Mapping[str, Any]) -> CalibrationTest:
+    """`calibration_test` of an "nc_ece" report row: with the row's n_bins, n_bootstrap, ci_level and seed, the
+    stored channel fit as point estimate (re-estimated in every replicate unless the table holds known channels)
+    and the stored weight rule (else its weights)."""
+    n_bins, n_bootstrap, ci_level, seed = (row[k] for k in ("n_bins", "n_bootstrap", "ci_level", "seed"))
     ct = _as_channel_table(channel_table)
     chans, w = ct.for_matrix(matrix)
     weights: Any = ct.weight_rule if ct.weight_rule in WEIGHT_RULES else w
@@ -397,7 +393,7 @@ def nc_ece_report_table(
         **common,
     }
     if n_bootstrap:
-        test = nc_ece_calibration_test(matrix, ct, n_bins, n_bootstrap, ci_level, seed)
+        test = nc_ece_calibration_test(matrix, ct, common)
         nc_row.update(value=test.nc_ece, **calibration_test_columns(test))
     rows = [nc_row]
     naive = [

@@ -26,9 +26,12 @@ from noisycal_platform.correctness.audit_stage import (
     false_acceptance,
     ue_sensitivity,
 )
+from noisycal_platform.correctness.audit_workflow import AGREEMENT_SCHEMA as AUDIT_AGREEMENT_SCHEMA
+from noisycal_platform.correctness.audit_workflow import AuditAgreement, run_audit_agreement
 from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError, read_audit_labels, read_generations
 
 __all__ = [
+    "AUDIT_AGREEMENT_SCHEMA",
     "AUDIT_RESULT_SCHEMA",
     "DECISIONS_SCHEMA",
     "FALSE_ACCEPTANCE_SCHEMA",
@@ -37,9 +40,11 @@ __all__ = [
     "UE_METHODS",
     "UE_SCORES_SCHEMA",
     "CriteriaConfig",
+    "audit_agreement",
     "criteria_summary",
     "criterion_audit",
     "criterion_decisions",
+    "entropy_nli_model",
     "false_acceptance",
     "raw_audit_labels",
     "raw_generations",
@@ -62,10 +67,7 @@ DECISIONS_SCHEMA = {
 NO_NLI_CLUSTERING = "none: no NLI model configured; semantic entropy not computed (see answer_entropy)"
 UE_SCORES_SCHEMA = {
     **KEY_SCHEMA,
-    "self_certainty": pl.Float64,
-    "logtoku": pl.Float64,
-    "answer_entropy": pl.Float64,
-    "semantic_entropy": pl.Float64,
+    **dict.fromkeys(UE_METHODS, pl.Float64),  # one score per UE method, the columns the audit ranks by
     "semantic_entropy_discrete": pl.Float64,
     "n_answer_tokens": pl.Int64,
     "n_samples": pl.Int64,
@@ -337,6 +339,17 @@ def _judge_all(judge: cr.Judge, rows: list[dict]) -> list[cr.Decision]:
     return out
 
 
+def entropy_nli_model(nli_model_paths: Mapping[str, str]):
+    """The NLI model semantic entropy clusters with: the first configured one by criterion name, loaded with
+    `models.load_nli_model`; None when no NLI model is configured (semantic entropy is then not computed)."""
+    if not nli_model_paths:
+        return None
+    from noisycal_platform.correctness.models import load_nli_model
+
+    name, path = sorted(nli_model_paths.items())[0]
+    return load_nli_model(path, name=name)
+
+
 def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
     """correctness/ue_scores: UE_SCORES_SCHEMA, higher = more uncertain; NaN where inputs are missing.
 
@@ -403,3 +416,10 @@ def ue_scores(generations: pl.DataFrame, *, nli_model=None) -> pl.DataFrame:
         )
         .cast(UE_SCORES_SCHEMA)
     )
+
+
+def audit_agreement(home: str | Path, generations: pl.DataFrame, *, seed: int = 0) -> AuditAgreement | None:
+    """correctness/audit_agreement: Cohen's κ and raw agreement of the two audit annotators per group with
+    bootstrap CIs (``AUDIT_AGREEMENT_SCHEMA``), the disagreements exported for the joint decision and the
+    consensus labels written (`audit_workflow.run_audit_agreement`); None when there is no audit sample yet."""
+    return run_audit_agreement(home, generations, seed=seed)

@@ -93,7 +93,8 @@ def test_warehouse_interval_and_test_equal_calibration_test(built):
     channels = _sql(home, "select * from calibration.channel_estimates").drop("model_version")
     stored = _sql(home, "select * from calibration.nc_ece_report where estimator = 'nc_ece'").row(0, named=True)
     matrix = cal.annotation_matrix(ann, preds.select("item_id", "score"))
-    test = nc_ece_calibration_test(matrix, channels, 15, int(stored["n_bootstrap"]), 0.95, int(stored["seed"]))
+    settings = {"n_bins": 15, "n_bootstrap": int(stored["n_bootstrap"]), "ci_level": 0.95, "seed": int(stored["seed"])}
+    test = nc_ece_calibration_test(matrix, channels, settings)
     for column, value in [
         ("value_debiased", test.nc_ece_debiased),
         ("ci_low", test.ci_low),

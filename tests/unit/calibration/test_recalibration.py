@@ -15,9 +15,10 @@ from noisycal_platform.calibration import (
     fit_recalibrator,
 )
 from noisycal_platform.calibration.recalibration import T_BOUNDS, recession_slope_min
+from tests.unit.calibration._annotators import channels, noisy_labels
 
 FPR, FNR = np.array([0.1, 0.2, 0.15]), np.array([0.1, 0.05, 0.2])
-CH = [Channel(f, b) for f, b in zip(FPR, FNR, strict=True)]
+CH = channels(FPR, FNR)
 
 
 def _platt_world(n, seed, alpha=1.7, beta=0.3):
@@ -26,7 +27,7 @@ def _platt_world(n, seed, alpha=1.7, beta=0.3):
     s = 1 / (1 + np.exp(-z))
     eta = 1 / (1 + np.exp(-(alpha * z + beta)))  # true recalibration map is Platt(α, β)
     y = rng.random(n) < eta
-    a = np.where(y[:, None], rng.random((n, 3)) >= FNR, rng.random((n, 3)) < FPR).astype(float)
+    a = noisy_labels(rng, y, FPR, FNR)
     return s, eta, a
 
 
@@ -106,7 +107,7 @@ def test_projected_histogram_is_clipped_bin_mean():
     n = 300
     s = rng.random(n) * 0.8  # bins 12..14 of 15 stay empty
     y = rng.random(n) < np.where(s < 0.3, 0.0, s)  # η = 0 in the low bins: corrected means straddle 0
-    a = np.where(y[:, None], rng.random((n, 3)) >= FNR, rng.random((n, 3)) < FPR).astype(float)
+    a = noisy_labels(rng, y, FPR, FNR)
     fit = fit_recalibrator(s, a, CH, method="histogram", weights="equal")
     yt = corrected_labels(a, CH, np.ones(3) / 3)
     b = np.minimum(np.floor(s * 15), 14).astype(int)

@@ -1,0 +1,94 @@
+"""Cleaning, first sub-stage: the self-supervised encoder of each dataset and the embeddings it gives.
+
+raw/images -> ssl_encoder -> embeddings (the learned encoder and the non-learned baseline).
+"""
+
+import dagster as dg
+import polars as pl
+
+from assets.cleaning.keys import IMAGES_IN, SSL_ENCODER
+from assets.policy import CLEANING, COMPUTE
+from assets.progress import epoch_progress, timed
+from noisycal_platform.cleaning import pipeline as cp
+from resources.compute import ComputeResource
+from resources.executor import kernel_client
+from resources.inbox import InboxResource
+from resources.settings import SettingsResource
+
+__all__ = ["embeddings", "ssl_encoder"]
+
+
+@CLEANING.asset(
+    **COMPUTE,
+    ins=IMAGES_IN,
+    schema=cp.ENCODER_SCHEMA,
+    description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
+    "weights in artifacts/<sha256>.pt (loaded with weights_only=True), reused while the "
+    "dataset content and the configuration are unchanged.",
+)
+def ssl_encoder(
+    context: dg.AssetExecutionContext,
+    images: pl.DataFrame,
+    inbox: InboxResource,
+    compute: ComputeResource,
+    settings: SettingsResource,
+) -> dg.Output[pl.DataFrame]:
+    config = cp.encoder_config(
+        settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
+    )
+    compute.apply_threads()
+    frame = cp.ssl_encoder_table(
+        images,
+        config,
+        preset=settings.encoder_preset,
+        artifacts=inbox.layout.artifacts,
+        encoder=settings.encoder,
+        checkpoint=settings.encoder_checkpoint,
+        views=settings.encoder_views,
+        image_size=settings.encoder_image_size,
+        progress=epoch_progress(context, "ssl_encoder"),
+    )
+    row = frame.row(0, named=True)
+    return dg.Output(
+        frame,
+        metadata={
+            "sha256": row["sha256"],
+            "weights": row["artifact"],
+            "preset": row["preset"],
+            "reused_cached_weights": row["reused"],
+            "train_seconds": row["train_seconds"],
+            "images_per_second": row["images_per_second"],
+        },
+    )
+
+
+@CLEANING.asset(
+    **COMPUTE,
+    ins={**IMAGES_IN, "ssl_encoder": dg.AssetIn(SSL_ENCODER)},
+    schema=cp.EMBEDDINGS_SCHEMA,
+    description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "
+    "non-learned baseline (downsampled pixels + colour histogram), cached by content hash.",
+)
+def embeddings(
+    context: dg.AssetExecutionContext,
+    images: pl.DataFrame,
+    ssl_encoder: pl.DataFrame,
+    inbox: InboxResource,
+    compute: ComputeResource,
+    settings: SettingsResource,
+):
+    encoder = ssl_encoder.row(0, named=True)
+    compute.apply_threads()  # torch intra-op threads of the frozen encoder's forward pass (0 = torch default)
+    with kernel_client(settings) as client:
+        frame, hit = cp.embeddings_table(
+            images,
+            encoder,
+            inbox.layout.cache / "embeddings",
+            device=compute.torch_device(),
+            timed=lambda label, n, fn: timed(context, label, n, fn),
+            client=client,
+        )
+    dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
+    meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
+            "encoder_sha256": encoder["sha256"]}
+    return dg.Output(frame, metadata=meta)
