@@ -68,9 +68,10 @@ def _counts(frame: pl.DataFrame, column: str, prefix: str) -> dict[str, int]:
     **COMPUTE,
     ins=IMAGES_IN,
     schema=cp.ENCODER_SCHEMA,
-    description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
-    "weights in artifacts/<sha256>.pt (loaded with weights_only=True), reused while the "
-    "dataset content and the configuration are unchanged.",
+    description="The dataset's encoder, chosen from its images (encoder: auto; the choice and why in the metadata): "
+    "a frozen ImageNet EfficientNet-Lite for real photographs, or for tiny images a DINO ViT trained from random "
+    "initialisation on the dataset's own images (seed 001 §3.6), weights in artifacts/<sha256>.pt (loaded with "
+    "weights_only=True), reused while the dataset content and the configuration are unchanged.",
 )
 def ssl_encoder(
     context: dg.AssetExecutionContext,
@@ -83,15 +84,13 @@ def ssl_encoder(
         settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
     )
     compute.apply_threads()
+    choice = cp.encoder_choice(images, **settings.encoder_keys())
     frame = cp.ssl_encoder_table(
         images,
         config,
         preset=settings.encoder_preset,
         artifacts=inbox.layout.artifacts,
-        encoder=settings.encoder,
-        checkpoint=settings.encoder_checkpoint,
-        views=settings.encoder_views,
-        image_size=settings.encoder_image_size,
+        choice=choice,
         progress=epoch_progress(context, "ssl_encoder"),
     )
     row = frame.row(0, named=True)
@@ -104,6 +103,7 @@ def ssl_encoder(
             "reused_cached_weights": row["reused"],
             "train_seconds": row["train_seconds"],
             "images_per_second": row["images_per_second"],
+            **choice.metadata(),
         },
     )
 
@@ -169,10 +169,11 @@ def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame
     dataset = context.partition_key
     depth = cp.near_duplicate_queue_depths(inbox.layout, [dataset], initial=settings.near_duplicate_top_k,
                                            n_stop=n_stop_of(settings))[dataset]
+    choice = cp.encoder_choice(images, **settings.encoder_keys())
     with kernel_client(settings) as client:
-        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
-                                           k=settings.near_duplicate_k, client=client)
-    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": settings.near_duplicate_rerank})
+        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=choice.rerank, k=choice.k, client=client)
+    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": choice.rerank,
+                                      "encoder_choice": choice.reason})
 
 
 @CLEANING.asset(
