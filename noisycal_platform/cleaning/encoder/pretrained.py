@@ -22,7 +22,6 @@ images at once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import os
@@ -36,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dino import _as_uint8_images, resolve_device
+from ._dino import _as_uint8_images, mixed_precision, resolve_device
 from .config import NATIVE_SIZE, REAL_DATA_SIZE, VIEWS
 
 #: architecture -> (native input size, weights package, class exposing get_model_file_path())
@@ -195,10 +194,9 @@ def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32
     old = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
-    amp = torch.autocast("cuda", dtype=torch.float16) if device.type == "cuda" else contextlib.nullcontext()
     s = 0
     try:
-        with torch.inference_mode(), amp:
+        with torch.inference_mode(), mixed_precision(device, torch.float16):
             for batch in _batches(images, size, batch_size):
                 x = batch.to(device, non_blocking=True).float()
                 if x.shape[-2:] != (size, size):
