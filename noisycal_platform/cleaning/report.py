@@ -288,6 +288,7 @@ def render_cleaning_report(
     sensitivity: pl.DataFrame | None = None,
     expert_lay: pl.DataFrame | None = None,
     sessions: pl.DataFrame | None = None,
+    encoders: pl.DataFrame | None = None,
     queue: pl.DataFrame | None = None,
     confirmed: pl.DataFrame | None = None,
     dataset_roots: Mapping[str, str | Path] | None = None,
@@ -386,6 +387,14 @@ def render_cleaning_report(
             "Ranking vs each annotator's answers", None, annotator_quality if _usable(annotator_quality) else None,
             left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs each annotator's answers.",
             level=3,
+        )
+    if encoders is not None:
+        section(
+            "Encoder per dataset", "The <code>encoder</code> setting, what it resolved to for the dataset's images and "
+            "why (<code>auto</code>: real photographs get a frozen ImageNet encoder with verified near-duplicate "
+            "candidates, tiny images the DINO trained on them).",
+            encoders if _usable(encoders, "dataset", "encoder_resolved") else None, left=("dataset",),
+            empty="it fills once a dataset's encoder is built (cleaning/ssl_encoder).",
         )
     if ranking_truth is not None:
         section(

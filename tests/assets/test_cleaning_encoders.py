@@ -201,3 +201,56 @@ def test_d4_views_make_the_rotated_copy_coincide(tmp_path_factory):
     assert float(a @ b) == pytest.approx(1.0, abs=1e-4)
     other = dino[names.index("scene_1.png")]
     assert float(a @ other) < 1.0 - 1e-3
+
+
+def test_auto_default_on_photographs_records_the_choice_in_metadata_table_and_report(tmp_path_factory):
+    """No encoder setting: 128 px pictures (median short side 128 >= 64) resolve to the frozen Lite0 at 160 px with
+    SIFT verification; the choice and why are in the asset metadata, the ``ssl_encoder`` row and the report."""
+    from noisycal_platform.cleaning.encoder.pretrained import weights_path
+
+    home, result = _home(tmp_path_factory, "auto", {"near_duplicate_top_k": 20})
+    meta = _metadata(result, "cleaning__ssl_encoder")
+    assert meta["sha256"] == _sha256(weights_path("efficientnet-lite0"))
+    assert (meta["encoder_setting"], meta["encoder_resolved"], meta["encoder_input_px"]) == (
+        "auto", "efficientnet-lite0", 160)
+    assert meta["near_duplicate_rerank"] is True and meta["near_duplicate_k"] == 10
+    assert meta["image_short_side_px"] == SIZE and "real photographs" in meta["encoder_choice"]
+    assert _metadata(result, "cleaning__rank_near_duplicates")["reranked"] is True
+    row = sql(home, "SELECT * FROM cleaning.ssl_encoder").row(0, named=True)
+    assert row["encoder_resolved"] == "efficientnet-lite0" and row["encoder_choice"] == meta["encoder_choice"]
+    ranked = sql(home, "SELECT * FROM cleaning.rank_near_duplicates WHERE embedding_kind = 'dino'")
+    assert ranked["verified"].null_count() == 0  # verified candidates, not the plain ranking
+    report = materialize(home, ["reports/cleaning"], checks=False)
+    assert report.success, [e.message for e in report.all_events if e.is_step_failure]
+    html = (home / "reports" / "cleaning.html").read_text()
+    section = html.split("Encoder per dataset", 1)[1].split("<h2>", 1)[0]
+    assert DATASET in section and "efficientnet-lite0" in section and "real photographs" in section
+
+
+def test_settings_read_json_booleans_for_rerank_and_default_to_auto(tmp_path):
+    from resources.settings import SettingsResource, load_settings
+
+    assert SettingsResource().encoder == "auto" and SettingsResource().near_duplicate_rerank == "auto"
+    (tmp_path / "settings.json").write_text(json.dumps({"near_duplicate_rerank": True, "encoder": "dino"}))
+    loaded = load_settings(tmp_path)
+    assert loaded.near_duplicate_rerank == "true"
+    keys = loaded.encoder_keys()
+    assert (keys["encoder"], keys["rerank"]) == ("dino", "true")
+    with pytest.raises(ValueError, match="near_duplicate_rerank"):
+        SettingsResource(near_duplicate_rerank="yes")
+
+
+def test_default_settings_keep_the_demo_digits_on_the_trained_dino(tmp_path):
+    """The bundled 32 px demo under the default settings: the trained DINO, its ``demo`` preset, no verification,
+    no views, so the demo's figures are those of the seed's configuration on it."""
+    from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
+    from noisycal_platform.cleaning.images import read_image_dataset
+    from resources.settings import SettingsResource
+
+    demo = write_demo_cleaning_dataset(tmp_path, name="digits", seed=0, n_digits=30, n_irrelevant=2,
+                                       n_duplicate_pairs=2, n_duplicate_triples=0, n_flipped=2)
+    images = read_image_dataset(demo.root).table("digits")
+    settings = SettingsResource()
+    choice = cp.encoder_choice(images, **settings.encoder_keys())
+    assert (choice.encoder, choice.rerank, choice.views, choice.image_size) == ("dino", False, "none", 0)
+    assert settings.encoder_preset == "demo"

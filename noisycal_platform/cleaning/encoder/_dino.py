@@ -7,6 +7,7 @@ SelfClean defaults (anchors §1.2).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -91,6 +92,13 @@ def resolve_device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} requested but CUDA is not available")
     return torch.device(device)
+
+
+def mixed_precision(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> contextlib.AbstractContextManager:
+    """Autocast to ``dtype`` on CUDA, a no-op elsewhere: matrix products and convolutions run in ``dtype``, while
+    reductions and the losses stay in float32 (mixed precision, Micikevicius et al. 2018). bfloat16 has float32's
+    exponent range, so the DINO gradients need no loss scaling."""
+    return torch.autocast("cuda", dtype=dtype) if device.type == "cuda" else contextlib.nullcontext()
 
 
 def _as_uint8_images(images: object, name: str = "images") -> torch.Tensor:
@@ -282,9 +290,12 @@ def train_encoder(images: object, config: EncoderConfig, *,
                     if c.n_local_crops:  # one kornia call for all local crops (per-call overhead dominates)
                         crops += list(_normalise(aug_loc(x.repeat(c.n_local_crops, 1, 1, 1)))
                                       .chunk(c.n_local_crops))
-                    with torch.no_grad():
+                    with torch.no_grad(), mixed_precision(device):
                         t_out = teacher(crops[:2])
-                    s_out, s_feat = student.forward_with_features(crops)
+                    with mixed_precision(device):
+                        s_out, s_feat = student.forward_with_features(crops)
+                    # the losses in float32 (on the CPU the outputs are float32 already and .float() is a no-op)
+                    t_out, s_out, s_feat = t_out.float(), s_out.float(), s_feat.float()
                     dino = dino_loss(s_out, t_out, center, float(tt_s[epoch]), c.student_temp, n_crops)
                     loss = dino
                     if c.koleo_weight > 0:  # per global crop, as in DINOv2
@@ -342,10 +353,10 @@ def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndar
     if c.num_threads is not None:
         torch.set_num_threads(c.num_threads)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), mixed_precision(device):
             for s in range(0, images.shape[0], batch_size):
                 x = _normalise(_to_float(images[s:s + batch_size], c.image_size, device))
-                out[s:s + x.shape[0]] = F.normalize(net(x), dim=-1).float().cpu().numpy()
+                out[s:s + x.shape[0]] = F.normalize(net(x).float(), dim=-1).cpu().numpy()
     finally:
         torch.set_num_threads(old_threads)
         net.to(home).train(was_training)

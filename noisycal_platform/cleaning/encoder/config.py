@@ -11,6 +11,13 @@ from typing import Any
 #: symmetry groups a frozen CNN embedding can be averaged over (``pretrained.group_views``): identity, the
 #: half-turn, the four quarter-turns, the eight flips and quarter-turns
 VIEWS = ("none", "c2", "c4", "d4")
+#: native input size of the frozen ImageNet EfficientNet-Lite architectures (``pretrained.ARCHS``)
+NATIVE_SIZE: dict[str, int] = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260}
+#: input size of the cleaning stage's real-data embedding per architecture. Lite0: 160 px, chosen on half of
+#: HAM10000's lesions (k = 10 neighbours + SIFT verification: recall of the same-lesion pairs as at 224 px, at
+#: about twice the images/s; 128 px lost 4 points of recall; benchmarks/bench_ham10000.py). Lite1/2: their
+#: native size (not measured). ``load_pretrained`` without ``image_size`` always uses the native size.
+REAL_DATA_SIZE: dict[str, int] = {**NATIVE_SIZE, "efficientnet-lite0": 160}
 
 # Fields that select hardware / threading only; they are left out of config_hash.
 _NON_SEMANTIC = ("device", "num_threads")

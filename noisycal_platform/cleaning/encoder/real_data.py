@@ -13,11 +13,15 @@ from typing import Any
 
 import numpy as np
 
+#: images decoded and embedded at once by the cleaning stage's frozen encoders (memory O(batch))
+BATCH_SIZE = 32
+
 
 def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", checkpoint: str | os.PathLike[str] | None
                        = None, checkpoint_arch: str = "vit_tiny", checkpoint_layout: str = "auto",
                        image_size: int | None = None, views: str = "none", device: str = "auto",
-                       batch_size: int = 32, num_threads: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+                       batch_size: int = BATCH_SIZE, num_threads: int | None = None
+                       ) -> tuple[np.ndarray, dict[str, Any]]:
     """L2-normalised float32 N×D embedding of uint8 N×3×H×W ``images`` (or a list of image files, streamed in
     batches for the EfficientNet-Lite encoders) and its provenance dict.
 

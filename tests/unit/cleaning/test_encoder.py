@@ -25,7 +25,12 @@ from noisycal_platform.cleaning.encoder import (  # noqa: E402
     save_encoder,
     train_encoder,
 )
-from noisycal_platform.cleaning.encoder._dino import cosine_schedule, dino_loss, koleo_loss  # noqa: E402
+from noisycal_platform.cleaning.encoder._dino import (  # noqa: E402
+    cosine_schedule,
+    dino_loss,
+    koleo_loss,
+    mixed_precision,
+)
 from noisycal_platform.cleaning.encoder._vit import MultiCropNet, ViT  # noqa: E402
 
 TINY = EncoderConfig(image_size=16, patch_size=4, depth=1, heads=2, embed_dim=32, head_hidden_dim=64,
@@ -174,6 +179,22 @@ def test_embed_float32_unit_norm_and_resizes() -> None:
     np.testing.assert_array_equal(e[:3], embed(enc, x[:3]))  # batching does not change rows
     with pytest.raises(ValueError, match="images"):
         embed(enc, x.float())
+
+
+def test_mixed_precision_autocasts_on_cuda_only() -> None:
+    """Training and embedding autocast to bfloat16 (the frozen CNN: float16) on a CUDA device and run plain float32
+    elsewhere, so the CPU numbers are those of the float32 network. (The CUDA side is checked here by the context
+    chosen only where there is no GPU: autocast then disables itself with a warning.)"""
+    import contextlib
+    import warnings
+
+    assert isinstance(mixed_precision(torch.device("cpu")), contextlib.nullcontext)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "CUDA is not available", UserWarning)
+        ctx = mixed_precision(torch.device("cuda"))
+        half = mixed_precision(torch.device("cuda:0"), torch.float16)
+    assert isinstance(ctx, torch.autocast) and ctx.device == "cuda" and ctx.fast_dtype == torch.bfloat16
+    assert half.fast_dtype == torch.float16
 
 
 def test_save_load_round_trip_weights_only(tmp_path: Path) -> None:
