@@ -212,11 +212,15 @@ def _dynamic_partitions_snapshot(instance: dg.DagsterInstance) -> Iterator[None]
             seen[partitions_def_name] = list(read(partitions_def_name))
         return list(seen[partitions_def_name])
 
+    shadowed = vars(instance).get("get_dynamic_partitions")  # normally None: the class's method
     instance.get_dynamic_partitions = snapshot  # an instance attribute: shadows the method, for this block only
     try:
         yield
     finally:
-        del instance.get_dynamic_partitions
+        if shadowed is None:
+            del instance.get_dynamic_partitions
+        else:
+            instance.get_dynamic_partitions = shadowed
 
 
 def _run_automation(defs, instance, state, report: TickReport) -> int:

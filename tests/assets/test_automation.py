@@ -336,3 +336,25 @@ def test_queue_refill_sensor_reruns_a_ranking_the_answers_reach_past(layout):
     assert not done.run_requests and done.cursor  # the ranking now reaches past the answers
     ranked(5)  # not re-read while the answer files are unchanged
     assert not evaluate(done.cursor).run_requests and evaluate(done.cursor).skip_reason
+
+
+def test_an_automation_evaluation_reads_each_dynamic_partitions_definition_once():
+    from orchestration.runner import _dynamic_partitions_snapshot
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("model_versions", ["v1"])
+    reads = []
+    read = instance.get_dynamic_partitions
+
+    def counted(name):
+        reads.append(name)
+        return read(name)
+
+    instance.get_dynamic_partitions = counted
+    with _dynamic_partitions_snapshot(instance):
+        assert [instance.get_dynamic_partitions("model_versions") for _ in range(3)] == [["v1"]] * 3
+        instance.add_dynamic_partitions("model_versions", ["v2"])  # nothing adds partitions while it evaluates
+        assert instance.get_dynamic_partitions("model_versions") == ["v1"]  # a snapshot, taken on first read
+    assert reads == ["model_versions"]
+    assert instance.get_dynamic_partitions is counted  # what was there before is back
+    assert instance.get_dynamic_partitions("model_versions") == ["v1", "v2"]
