@@ -4,10 +4,11 @@ kit (`noisycal_platform.report_html`).
 Sections: review progress, confirmed issues per dataset and aggregation rule (Table 1), label-error
 prevalence, agreement plot with 95% CIs on the Regier et al. bands, agreement table, ranking quality against
 the answers and against a known truth (``truth.json``), speed-up, cleaning impact (Table 2 format: median
-[CI] in %, ``*``/``°``), stopping-rule sensitivity, expert vs lay, and the top candidates of each ranking as
-embedded thumbnails (pairs side by side). On day one, with rankings but no answers, the report says that no
-answers have arrived, shows the candidates first, and every statistic that needs answers says so instead of
-printing zeros. An empty section always says which data would fill it.
+[CI] in %, ``*``/``°``), stopping-rule sensitivity, expert vs lay, then the unanimously confirmed issues and
+the top candidates of each ranking as thumbnails (pairs side by side), made from the dataset root at report
+time and embedded in the page. On day one, with rankings but no answers, the report says that no answers
+have arrived, shows the candidates first, and every statistic that needs answers says so instead of printing
+zeros. An empty section always says which data would fill it.
 """
 
 from __future__ import annotations
@@ -238,40 +239,80 @@ def _impact_wide(impact: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows)
 
 
-def _candidates(
-    queue: pl.DataFrame, confirmed: pl.DataFrame | None, roots: Mapping[str, Path], n: int
-) -> str:
-    out = []
-    status: dict[tuple, tuple[int, int, bool]] = {}
-    if _usable(confirmed, "n_yes", "n_annotators", "unanimous"):
-        for r in confirmed.iter_rows(named=True):
-            status[(r["dataset"], r["issue_type"], r["item_id"], r["item_id_2"])] = (
-                r["n_yes"],
-                r["n_annotators"],
-                r["unanimous"],
-            )
-    cache: dict[tuple[str, str], str | None] = {}
+def _status(confirmed: pl.DataFrame | None) -> dict[tuple, tuple[int, int, bool]]:
+    """(dataset, issue_type, item_id, item_id_2) -> (n_yes, n_annotators, unanimous)."""
+    if not _usable(confirmed, "n_yes", "n_annotators", "unanimous"):
+        return {}
+    return {
+        (r["dataset"], r["issue_type"], r["item_id"], r["item_id_2"]): (r["n_yes"], r["n_annotators"], r["unanimous"])
+        for r in confirmed.iter_rows(named=True)
+    }
 
-    def thumb(ds: str, item: str) -> str:
-        if (ds, item) not in cache:
-            cache[(ds, item)] = thumbnail_data_uri(roots[ds], item) if ds in roots else None
-        uri = cache[(ds, item)]
+
+class _Thumbs:
+    """Candidate cells with embedded thumbnails made from each dataset's root at report time; each image is
+    encoded once per report however many sections show it."""
+
+    def __init__(self, roots: Mapping[str, Path]) -> None:
+        self.roots = roots
+        self.cache: dict[tuple[str, str], str | None] = {}
+
+    def img(self, ds: str, item: str) -> str:
+        if (ds, item) not in self.cache:
+            self.cache[(ds, item)] = thumbnail_data_uri(self.roots[ds], item) if ds in self.roots else None
+        uri = self.cache[(ds, item)]
         if uri is None:
             return f"<div>[{rh.esc(item)}: no image]</div>"
         return f"<img src='{uri}' alt='{rh.esc(item)}' title='{rh.esc(item)}'>"
 
+    def cell(self, ds: str, r: Mapping, note: str, *, shaded: bool = False) -> str:
+        """One candidate (a pair side by side), its file names, given label and ``note``."""
+        imgs = self.img(ds, r["item_id"]) + (self.img(ds, r["item_id_2"]) if r["item_id_2"] else "")
+        cap = rh.esc(r["item_id"]) + (f"<br>{rh.esc(r['item_id_2'])}" if r["item_id_2"] else "")
+        if r.get("label") is not None:
+            cap += f"<br>given label: {rh.esc(r['label'])}"
+        return f"<div class='cand{' yes' if shaded else ''}'>{imgs}<br>{cap}<br>{note}</div>"
+
+
+def _heading(ds: str, it: str, extra: str = "") -> str:
+    return f"<h3>{rh.esc(ds)} — {rh.esc(it.replace('_', ' '))}{extra}</h3>"
+
+
+def _candidates(queue: pl.DataFrame, confirmed: pl.DataFrame | None, thumbs: _Thumbs, n: int) -> str:
+    out = []
+    status = _status(confirmed)
     for (ds, it), part in sorted(queue.group_by(["dataset", "issue_type"]), key=lambda g: g[0]):
-        part = part.sort("position").head(n)
         cells = []
-        for r in part.iter_rows(named=True):
+        for r in part.sort("position").head(n).iter_rows(named=True):
             yes, seen, unan = status.get((ds, it, r["item_id"], r["item_id_2"]), (0, 0, False))
-            imgs = thumb(ds, r["item_id"]) + (thumb(ds, r["item_id_2"]) if r["item_id_2"] else "")
-            cap = rh.esc(r["item_id"]) + (f"<br>{rh.esc(r['item_id_2'])}" if r["item_id_2"] else "")
-            if r.get("label") is not None:
-                cap += f"<br>label: {rh.esc(r['label'])}"
-            cap += f"<br>rank {r['position'] + 1}; " + (f"yes {yes}/{seen}" if seen else NOT_REVIEWED)
-            cells.append(f"<div class='cand{' yes' if unan else ''}'>{imgs}<br>{cap}</div>")
-        out.append(f"<h3>{rh.esc(ds)} — {rh.esc(it.replace('_', ' '))}</h3><div class='cands'>{''.join(cells)}</div>")
+            note = f"rank {r['position'] + 1}; " + (f"yes {yes}/{seen}" if seen else NOT_REVIEWED)
+            cells.append(thumbs.cell(ds, r, note, shaded=unan))
+        out.append(_heading(ds, it) + f"<div class='cands'>{''.join(cells)}</div>")
+    return "".join(out)
+
+
+def _confirmed_gallery(confirmed: pl.DataFrame, reviewed: set[tuple[str, str]], thumbs: _Thumbs, cap: int) -> str:
+    """Per dataset and issue type, the unanimously confirmed candidates (most suspicious first, at most ``cap``)
+    and a line counting those left out; a reviewed issue type with none confirmed says so."""
+    yes = confirmed.filter(pl.col("unanimous"))
+    counts = {(d, i): n for d, i, n in yes.group_by("dataset", "issue_type").len().iter_rows()}
+    out = []
+    for ds, it in sorted(reviewed | set(counts)):
+        n = counts.get((ds, it), 0)
+        if n == 0:
+            out.append(_heading(ds, it) + "<p class='note'>No issue confirmed among the reviewed candidates.</p>")
+            continue
+        part = yes.filter((pl.col("dataset") == ds) & (pl.col("issue_type") == it))
+        part = part.sort("position", "item_id", "item_id_2", nulls_last=True).head(cap)
+        cells = [
+            thumbs.cell(ds, r, (f"rank {r['position'] + 1}" if r["position"] is not None else "no longer queued")
+                        + f"; yes {r['n_yes']}/{r['n_annotators']}")
+            for r in part.iter_rows(named=True)
+        ]
+        out.append(_heading(ds, it, f" ({n:,} confirmed)") + f"<div class='cands'>{''.join(cells)}</div>")
+        if n > cap:
+            out.append(f"<p class='note'>{n - cap:,} more confirmed, not shown (the first {cap:,} by rank are "
+                       "shown).</p>")
     return "".join(out)
 
 
@@ -294,6 +335,7 @@ def render_cleaning_report(
     dataset_roots: Mapping[str, str | Path] | None = None,
     dataset_sizes: Mapping[str, int] | None = None,
     n_thumbnails: int = 8,
+    n_confirmed_thumbnails: int = 24,
     title: str = "Data-cleaning report (SelfClean protocol)",
     created: str | None = None,
 ) -> str:
@@ -303,9 +345,12 @@ def render_cleaning_report(
     Frames are the outputs of the ``pipeline`` functions (any number of datasets); an empty frame, or one
     without columns, counts as missing. ``dataset_roots`` maps dataset -> image folder for thumbnails
     (item_ids resolving outside the root are not shown); ``dataset_sizes`` maps dataset -> number of images.
+    ``n_thumbnails`` candidates of each ranking and at most ``n_confirmed_thumbnails`` confirmed issues per
+    dataset and issue type are shown as thumbnails (0 hides the section).
     """
-    if n_thumbnails < 0:
-        raise ValueError(f"n_thumbnails must be >= 0, got {n_thumbnails}")
+    for name, n in (("n_thumbnails", n_thumbnails), ("n_confirmed_thumbnails", n_confirmed_thumbnails)):
+        if n < 0:
+            raise ValueError(f"{name} must be >= 0, got {n}")
     roots = {k: Path(v) for k, v in (dataset_roots or {}).items()}
     sizes = dict(dataset_sizes or {})
     progress = review_progress(queue, confirmed)
@@ -313,6 +358,7 @@ def render_cleaning_report(
     answered = bool(reviewed)
     wait = "" if answered else _NEEDS_ANSWERS
     has_queue = _usable(queue, "dataset", "issue_type", "position", "item_id", "item_id_2")
+    thumbs = _Thumbs(roots)
     s: list[str] = []
 
     def candidates() -> None:
@@ -321,7 +367,7 @@ def render_cleaning_report(
         s.append(f"<h2>Top candidates</h2><p class='note'>The first {n_thumbnails} of each ranking, most suspicious "
                  "first; near duplicates are shown as pairs side by side; shaded = unanimously confirmed.</p>")
         if has_queue:
-            s.append(_candidates(queue, confirmed, roots, n_thumbnails))
+            s.append(_candidates(queue, confirmed, thumbs, n_thumbnails))
         else:
             s.append(rh.empty_note("the rankings fill it once a dataset is registered and its images are ranked "
                                    "(irrelevant images, near duplicates, label errors)."))
@@ -451,6 +497,15 @@ def render_cleaning_report(
             "Experts vs lay raters", None, expert_lay if _usable(expert_lay) else None, left=("dataset", "issue_type"),
             empty=wait + "it needs answers from both expert and lay annotators on the same candidates.",
         )
+    if n_confirmed_thumbnails:
+        s.append("<h2>Confirmed issues, as images</h2><p class='note'>Candidates every panel member answered yes "
+                 f"to (unanimous), at most {n_confirmed_thumbnails} per dataset and issue type, most suspicious "
+                 "first; near duplicates as pairs side by side, label errors with their given label.</p>")
+        if answered and _usable(confirmed, "dataset", "issue_type", "position", "item_id", "item_id_2", "n_yes",
+                                "n_annotators", "unanimous"):
+            s.append(_confirmed_gallery(confirmed, reviewed, thumbs, n_confirmed_thumbnails))
+        else:
+            s.append("<p class='note'>No issue is confirmed yet: no answers have arrived.</p>")
     if answered:
         candidates()
     return rh.page(title, s, created=created, extra_css=_EXTRA_CSS)

@@ -83,7 +83,10 @@ def test_full_report_is_self_contained(tmp_path):
         assert section in html
     assert html.count("data:image/png;base64,") == 2  # agreement plot + stopping-rule sensitivity plot
     n_thumbs = len(re.findall(r"<img src='data:image/jpeg;base64,", html))
-    assert n_thumbs == 5 + 3 * 2 + 5  # irrelevant + pairs side by side + label errors
+    # top candidates (irrelevant + pairs side by side + label errors), then each unanimous issue (a pair twice)
+    confirmed_images = conf.filter(pl.col("unanimous")).select(1 + pl.col("item_id_2").is_not_null()).sum().item()
+    assert confirmed_images > 0
+    assert n_thumbs == 5 + 3 * 2 + 5 + confirmed_images
     assert not re.search(r"(src|href)=['\"](https?:|//|/)", html)  # nothing external
 
 
