@@ -302,6 +302,7 @@ def _audit_collect(args) -> int:
     from noisycal_platform.correctness.collect import (
         OpenAIServerError,
         PromptSpec,
+        Sampling,
         collect_generations_openai,
         write_generations_jsonl,
     )
@@ -327,8 +328,8 @@ def _audit_collect(args) -> int:
     try:
         records = collect_generations_openai(
             prompts, model=settings.generation_model, base_url=settings.generation_base_url,
-            endpoint=settings.generation_endpoint, n_samples=args.samples, top_logprobs=args.top_logprobs,
-            seed=args.seed,
+            endpoint=settings.generation_endpoint,
+            sampling=Sampling(n_samples=args.samples, top_k=args.top_logprobs, seed=args.seed),
         )
     except OpenAIServerError as exc:  # nothing was written
         print(f"noisycal audit collect: {exc}", file=sys.stderr)

@@ -32,6 +32,7 @@ __all__ = [
     "UE_SUPPORT_FIELD",
     "OpenAIServerError",
     "PromptSpec",
+    "Sampling",
     "build_messages",
     "collect_generations",
     "collect_generations_openai",
@@ -52,6 +53,35 @@ class PromptSpec:
     reference_labels: tuple[str, ...]
     multi_label: bool
     context: str = ""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each prompt is decoded: one greedy answer plus `n_samples` sampled answers.
+
+    n_samples: sampled answers per prompt (the K of Answer and Semantic Entropy; a server's ``n``).
+    temperature: softmax temperature of the sampled answers (> 0); the greedy answer is argmax / temperature 0.
+    max_tokens: most tokens generated per answer (the local model's ``max_new_tokens``; a server's
+        ``max_tokens``).
+    top_k: per greedy answer token, the local model records the K largest raw logits; a server is asked for the
+        K largest log-probabilities (chat ``logprobs: true, top_logprobs: K``; completions ``logprobs: K``).
+    seed: seeds the sampled answers (local: a torch generator seeded with it draws one seed per sample; server:
+        ``seed`` on the greedy request, ``seed + 1 + j`` on the request that starts at sample j).
+    """
+
+    n_samples: int = 10
+    temperature: float = 1.0
+    max_tokens: int = 96
+    top_k: int = 20
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_samples < 1 or self.max_tokens < 1 or self.top_k < 1 or not self.temperature > 0:
+            raise ValueError(
+                f"Sampling needs n_samples >= 1, max_tokens >= 1, top_k >= 1, temperature > 0; got "
+                f"n_samples={self.n_samples}, max_tokens={self.max_tokens}, top_k={self.top_k}, "
+                f"temperature={self.temperature}"
+            )
 
 
 def build_messages(p: PromptSpec) -> list[dict[str, str]]:
@@ -150,22 +180,17 @@ def collect_generations(
     prompts: Sequence[PromptSpec],
     *,
     model_name: str | None = None,
-    n_samples: int = 10,
-    temperature: float = 1.0,
-    max_new_tokens: int = 96,
-    top_k_logits: int = 20,
-    seed: int = 0,
+    sampling: Sampling = Sampling(),
     gguf_file: str | None = None,
     device: str = "cpu",
     loaded: tuple[Any, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Greedy answer + `n_samples` samples per prompt, recorded exactly as io.GENERATION_FIELDS (one dict
-    each)."""
-    if n_samples < 1 or max_new_tokens < 1 or top_k_logits < 2 or temperature <= 0:
-        raise ValueError(
-            f"need n_samples >= 1, max_new_tokens >= 1, top_k_logits >= 2, temperature > 0; got "
-            f"{n_samples}, {max_new_tokens}, {top_k_logits}, {temperature}"
-        )
+    """Greedy answer + `sampling.n_samples` samples per prompt (``max_new_tokens=sampling.max_tokens``; the
+    top `sampling.top_k` raw logits per greedy answer token), recorded exactly as io.GENERATION_FIELDS (one dict
+    each). LogTokU reads the two largest logits per token (Ma et al. 2025), so top_k must be >= 2 here."""
+    if sampling.top_k < 2:
+        raise ValueError(f"collect_generations needs sampling.top_k >= 2 (LogTokU uses the top 2 logits), got "
+                         f"{sampling.top_k}")
     import torch
 
     tok, model = (
@@ -183,9 +208,11 @@ def collect_generations(
     if tok.eos_token_id is not None:
         eos.add(int(tok.eos_token_id))
     pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(eos), 0)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = torch.Generator(device="cpu").manual_seed(sampling.seed)
     # both decodes return the raw logits of every generated step
-    decode = dict(max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad)
+    decode = dict(
+        max_new_tokens=sampling.max_tokens, output_logits=True, return_dict_in_generate=True, pad_token_id=pad
+    )
     records = []
     for p in prompts:
         enc = {k: v.to(device) for k, v in _prompt_ids(tok, p).items()}
@@ -199,15 +226,17 @@ def collect_generations(
             if not keep:
                 continue
             z = out.logits[t][0].double()
-            top.append(torch.topk(z, top_k_logits).values.tolist())
+            top.append(torch.topk(z, sampling.top_k).values.tolist())
             lse.append(float(torch.logsumexp(z, 0)))
             mean.append(float(z.mean()))
         vocab = int(out.logits[0].shape[-1]) if out.logits else int(model.config.vocab_size)
         answers, lls = [], []
-        for _ in range(n_samples):
+        for _ in range(sampling.n_samples):
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             with torch.inference_mode():
-                s = model.generate(**enc, **decode, do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+                s = model.generate(
+                    **enc, **decode, do_sample=True, temperature=sampling.temperature, top_k=0, top_p=1.0
+                )
             sids = _trim(s.sequences[0, n_in:].tolist(), eos)
             stext, smask = _answer_token_mask(tok, sids)
             if not sids:
@@ -390,43 +419,36 @@ def collect_generations_openai(
     model: str,
     base_url: str = LOCAL_SERVER_URL,
     endpoint: str = "chat",
-    n_samples: int = 10,
-    temperature: float = 1.0,
-    max_tokens: int = 96,
-    top_logprobs: int = 20,
-    seed: int = 0,
+    sampling: Sampling = Sampling(),
     stream: bool = False,
     timeout_s: float = 120.0,
     model_name: str | None = None,
 ) -> list[dict[str, Any]]:
     """Generation records from an OpenAI-compatible server: per prompt one greedy reply (temperature 0) with
-    the top-K log-probabilities and `n_samples` sampled replies (`n`, seeded) with their token
-    log-probabilities. `endpoint` is "chat" (POST {base_url}/chat/completions) or "completions"
+    the top-K log-probabilities (K = `sampling.top_k`) and `sampling.n_samples` sampled replies (``n``, seeded)
+    with their token log-probabilities. `endpoint` is "chat" (POST {base_url}/chat/completions) or "completions"
     (POST {base_url}/completions, the chat messages joined as the prompt). Raises OpenAIServerError on any
     unusable reply; records are returned only when every prompt succeeded."""
     import httpx
 
     if endpoint not in ("chat", "completions"):
         raise ValueError(f"endpoint must be 'chat' or 'completions', got {endpoint!r}")
-    if n_samples < 1 or max_tokens < 1 or top_logprobs < 1 or temperature <= 0:
-        raise ValueError(
-            f"need n_samples >= 1, max_tokens >= 1, top_logprobs >= 1, temperature > 0; got "
-            f"{n_samples}, {max_tokens}, {top_logprobs}, {temperature}"
-        )
     if not base_url.startswith(("http://", "https://")):
         raise ValueError(f"base_url must start with http:// or https://, got {base_url!r}")
     chat = endpoint == "chat"
+    n_samples, seed = sampling.n_samples, sampling.seed
     url = base_url.rstrip("/") + ("/chat/completions" if chat else "/completions")
     records = []
     with httpx.Client(timeout=timeout_s) as client:
         for p in prompts:
             msgs = build_messages(p)
             if chat:
-                base = {"model": model, "messages": msgs, "max_tokens": max_tokens, "logprobs": True,
-                        "top_logprobs": top_logprobs}
+                base = {"model": model, "messages": msgs, "max_tokens": sampling.max_tokens,
+                        "logprobs": True, "top_logprobs": sampling.top_k}
             else:
                 prompt = "\n\n".join(m["content"] for m in msgs) + "\n\n"
-                base = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "logprobs": top_logprobs}
+                base = {"model": model, "prompt": prompt, "max_tokens": sampling.max_tokens,
+                        "logprobs": sampling.top_k}
             where = f"{url} (case {p.case_id!r}, greedy)"
             greedy = _request(client, url, {**base, "temperature": 0, "n": 1, "seed": seed}, stream, where)[0]
             g_tokens = _choice_tokens(greedy, chat, where)
@@ -434,7 +456,7 @@ def collect_generations_openai(
             answers, lls = [], []
             while len(answers) < n_samples:
                 where = f"{url} (case {p.case_id!r}, samples)"
-                body = {**base, "temperature": temperature, "n": n_samples - len(answers),
+                body = {**base, "temperature": sampling.temperature, "n": n_samples - len(answers),
                         "seed": seed + 1 + len(answers)}
                 for c in _request(client, url, body, stream, where):
                     toks = _choice_tokens(c, chat, where)

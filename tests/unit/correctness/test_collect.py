@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from noisycal_platform.correctness.collect import PromptSpec, collect_generations, write_generations_jsonl
+from noisycal_platform.correctness.collect import (
+    PromptSpec,
+    Sampling,
+    collect_generations,
+    write_generations_jsonl,
+)
 from noisycal_platform.correctness.io import read_generations
 from tests.unit.correctness._tiny_models import CLINICAL, SPECIAL, TINY_SIZES, save_wordpiece_tokenizer
 
@@ -52,7 +57,7 @@ def test_records_pass_contract_and_match_forward_pass(tiny_llama, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     recs = collect_generations(
-        tiny_llama, PROMPTS, model_name="tiny", n_samples=3, max_new_tokens=6, top_k_logits=4, seed=0
+        tiny_llama, PROMPTS, model_name="tiny", sampling=Sampling(n_samples=3, max_tokens=6, top_k=4, seed=0)
     )
     g = read_generations(write_generations_jsonl(recs, tmp_path / "g.jsonl"))
     assert g.height == 2 and set(g["model"]) == {"tiny"}
@@ -80,14 +85,17 @@ def test_records_pass_contract_and_match_forward_pass(tiny_llama, tmp_path):
 @pytest.mark.slow
 @needs_transformers
 def test_collect_is_seeded(tiny_llama):
-    a = collect_generations(tiny_llama, PROMPTS[:1], n_samples=3, max_new_tokens=5, seed=4)
-    b = collect_generations(tiny_llama, PROMPTS[:1], n_samples=3, max_new_tokens=5, seed=4)
+    a = collect_generations(tiny_llama, PROMPTS[:1], sampling=Sampling(n_samples=3, max_tokens=5, seed=4))
+    b = collect_generations(tiny_llama, PROMPTS[:1], sampling=Sampling(n_samples=3, max_tokens=5, seed=4))
     assert a == b
 
 
 def test_collect_validates_arguments(tmp_path):
     with pytest.raises(ValueError, match="n_samples"):
-        collect_generations(tmp_path, PROMPTS, n_samples=0)
+        collect_generations(tmp_path, PROMPTS, sampling=Sampling(n_samples=0))
+    # Sampling accepts top_k = 1 (a server's top-1 log-probability); the local model needs two logits (LogTokU)
+    with pytest.raises(ValueError, match="top_k >= 2"):
+        collect_generations(tmp_path, PROMPTS, sampling=Sampling(top_k=1))
 
 
 def _smollm2_dir() -> Path | None:
@@ -113,7 +121,10 @@ def test_smollm2_end_to_end(tmp_path):
     torch.set_num_threads(1)  # 2 shared cores: one thread avoids oversubscription stalls
     try:
         recs = collect_generations(
-            _smollm2_dir(), PROMPTS[:1], model_name="smollm2-135m", n_samples=2, max_new_tokens=24, seed=0
+            _smollm2_dir(),
+            PROMPTS[:1],
+            model_name="smollm2-135m",
+            sampling=Sampling(n_samples=2, max_tokens=24, seed=0),
         )
     finally:
         torch.set_num_threads(threads)

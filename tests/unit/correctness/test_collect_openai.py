@@ -17,6 +17,7 @@ from noisycal_platform.correctness.collect import (
     UE_SUPPORT_FIELD,
     OpenAIServerError,
     PromptSpec,
+    Sampling,
     collect_generations_openai,
     write_generations_jsonl,
 )
@@ -116,7 +117,7 @@ def server(request):
 @pytest.mark.parametrize("endpoint,stream", [("chat", False), ("chat", True), ("completions", False)])
 def test_records_from_server_pass_the_contract(server, tmp_path, endpoint, stream):
     recs = collect_generations_openai(PROMPTS, model="srv", base_url=server.url, endpoint=endpoint,
-                                      n_samples=4, top_logprobs=5, seed=1, stream=stream)
+                                      sampling=Sampling(n_samples=4, top_k=5, seed=1), stream=stream)
     path = write_generations_jsonl(recs, tmp_path / "gen.jsonl")
     gen = read_generations(path)
     assert gen.height == 2 and gen["answer"].to_list() == ["Admit", "Admit"]
@@ -153,7 +154,10 @@ def test_server_failures_are_clear_and_write_nothing(server, tmp_path, stream, m
     out = tmp_path / "gen.jsonl"
     with pytest.raises(OpenAIServerError, match=match):
         write_generations_jsonl(
-            collect_generations_openai(PROMPTS, model="srv", base_url=server.url, n_samples=2, stream=stream), out
+            collect_generations_openai(
+                PROMPTS, model="srv", base_url=server.url, sampling=Sampling(n_samples=2), stream=stream
+            ),
+            out,
         )
     assert not out.exists()
 
@@ -163,3 +167,28 @@ def test_bad_arguments():
         collect_generations_openai(PROMPTS, model="m", endpoint="responses")
     with pytest.raises(ValueError, match="base_url"):
         collect_generations_openai(PROMPTS, model="m", base_url="127.0.0.1:8000")
+    with pytest.raises(ValueError, match="temperature"):
+        Sampling(temperature=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        Sampling(top_k=0)
+
+
+def test_audit_collect_cli_sends_the_sampling_it_was_given(server, tmp_path):
+    from dataclasses import asdict
+
+    from orchestration.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "settings.json").write_text(json.dumps({"generation_model": "srv", "generation_base_url": server.url}))
+    prompts = tmp_path / "cases.jsonl"
+    prompts.write_text("".join(json.dumps(asdict(p)) + "\n" for p in PROMPTS), encoding="utf-8")
+    argv = ["--home", str(home), "audit", "collect", "--prompts", str(prompts), "--samples", "3",
+            "--top-logprobs", "5", "--seed", "2"]
+    assert main(argv) == 0
+    gen = read_generations(home / "correctness" / "generations" / "cases.jsonl")
+    assert gen.height == 2 and (gen["sample_answers"].list.len() == 3).all()
+    greedy, samples = server.requests[0]["body"], server.requests[1]["body"]
+    # greedy request: temperature 0, seed as given; samples: n = --samples, seed + 1 for the first sample
+    assert (greedy["temperature"], greedy["n"], greedy["seed"], greedy["top_logprobs"]) == (0, 1, 2, 5)
+    assert (samples["temperature"], samples["n"], samples["seed"], samples["max_tokens"]) == (1.0, 3, 3, 96)
