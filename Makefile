@@ -12,7 +12,7 @@ PORT ?= 3000
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel (STACK.md).
+	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm,scale]'
 	@rm -f $(VENV)/.installed-*
