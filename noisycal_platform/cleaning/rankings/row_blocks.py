@@ -163,26 +163,33 @@ class _LabelState:
         self.diff = _Records(np.full(n, -np.inf, np.float32), eps2, nearest=True)
         self.far = _Records(np.full(n, np.inf, np.float32), eps2, nearest=False)
 
-    def fold(self, st: np.ndarray, p0: int, lab_p: np.ndarray, q0: int, lab_q: np.ndarray, m_same, m_diff) -> None:
-        """Fold strip ``st`` (lines = points p0.., columns = partners q0..) given its per-line maxima by kind."""
-        vs = self.same.val[p0 : p0 + st.shape[0]]
-        vd = self.diff.val[p0 : p0 + st.shape[0]]
-        np.maximum(vs, m_same, out=vs)
-        np.maximum(vd, m_diff, out=vd)
-        ts, td = vs.astype(np.float64) - self.eps2, vd.astype(np.float64) - self.eps2
-        sel_s, sel_d = (m_same > -np.inf) & (m_same >= ts), (m_diff > -np.inf) & (m_diff >= td)
-        lines = np.flatnonzero(sel_s | sel_d)
-        if lines.size == 0:
-            return
-        thr = np.minimum(np.where(sel_s, ts, np.inf), np.where(sel_d, td, np.inf))[lines]
-        sub = st[lines]
-        flat = np.flatnonzero(sub >= thr[:, None])  # finite thresholds: masked (-inf) entries never pass
-        r, c = lines[flat // st.shape[1]], flat % st.shape[1]
-        v = sub.ravel()[flat]
-        same = lab_p[r] == lab_q[c]
-        for rec, keep in ((self.same, same & (v >= ts[r])), (self.diff, ~same & (v >= td[r]))):
-            if keep.any():
-                rec.add(p0 + r[keep], q0 + c[keep], v[keep])
+    def fold(self, s: np.ndarray, cols: bool, p0: int, lab_p: np.ndarray, q0: int, lab_q: np.ndarray) -> np.ndarray:
+        """Fold strip ``s`` into the points p0.. (its rows, or its columns if ``cols``) over the partners q0..
+
+        Per point and run of partners of one label (``lab_q`` sorted): the run's maximum updates the running
+        maximum of its kind; only runs within the margin of it are compared element-wise and their partners
+        within the margin recorded. Returns the runs' maxima (points × runs).
+        """
+        cuts = np.r_[0, np.flatnonzero(lab_q[1:] != lab_q[:-1]) + 1, lab_q.size].tolist()
+        runs = list(itertools.pairwise(cuts))
+        m = np.stack([(s[a:b].max(axis=0) if cols else s[:, a:b].max(axis=1)) for a, b in runs], axis=1)
+        same = lab_p[:, None] == lab_q[cuts[:-1]][None, :]
+        vs = self.same.val[p0 : p0 + m.shape[0]]
+        vd = self.diff.val[p0 : p0 + m.shape[0]]
+        np.maximum(vs, np.where(same, m, -np.inf).max(axis=1), out=vs)
+        np.maximum(vd, np.where(same, -np.inf, m).max(axis=1), out=vd)
+        thr = np.where(same, vs.astype(np.float64)[:, None], vd.astype(np.float64)[:, None]) - self.eps2
+        hit = (m > -np.inf) & (m >= thr)
+        for g in np.flatnonzero(hit.any(axis=0)).tolist():
+            lines = np.flatnonzero(hit[:, g])
+            a, b = runs[g]
+            sub = s[a:b, lines].T if cols else s[lines, a:b]
+            r, c = np.nonzero(sub >= thr[lines, g][:, None])  # finite thresholds: masked (-inf) never pass
+            kind = same[lines[r], g]
+            for rec, keep in ((self.same, kind), (self.diff, ~kind)):
+                if keep.any():
+                    rec.add(p0 + lines[r[keep]], q0 + a + c[keep], sub[r[keep], c[keep]])
+        return m
 
     def fold_far(self, st: np.ndarray, lines: np.ndarray, p0: int, q0: int) -> None:
         """Farthest partner of one-member-class points ``p0 + lines`` over strip ``st``'s columns."""
@@ -194,22 +201,6 @@ class _LabelState:
         self.far.val[p0 + lines] = cur
         r, c = np.nonzero(sub <= (cur.astype(np.float64) + self.eps2)[:, None])
         self.far.add(p0 + lines[r], q0 + c, sub[r, c])
-
-
-def _segment_max(s: np.ndarray, lab: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Maxima of ``s`` over the runs of equal (sorted) ``lab`` along ``axis``, and the runs' labels."""
-    cuts = np.r_[0, np.flatnonzero(lab[1:] != lab[:-1]) + 1, lab.size]
-    if axis == 1:
-        m = np.stack([s[:, a:b].max(axis=1) for a, b in itertools.pairwise(cuts.tolist())], axis=1)
-    else:
-        m = np.stack([s[a:b].max(axis=0) for a, b in itertools.pairwise(cuts.tolist())], axis=0)
-    return m, lab[cuts[:-1]]
-
-
-def _kind_max(m: np.ndarray, seg_lab: np.ndarray, lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(same-label max, other-label max) per line from per-segment maxima ``m`` (lines × segments)."""
-    same = lab[:, None] == seg_lab[None, :]
-    return np.where(same, m, -np.inf).max(axis=1), np.where(same, -np.inf, m).max(axis=1)
 
 
 def _load(emb: Embeddings, lo: int, hi: int) -> np.ndarray:
@@ -259,11 +250,8 @@ def _block_task(
                     np.copyto(s[:, : r1 - r0], -np.inf, where=tri[: r1 - r0, : r1 - r0])
                 if state is not None:
                     la, lb = lab[r0:r1], lab[off + c0 : off + c1]
-                    m_row, seg = _segment_max(s, lb, axis=1)
-                    state.fold(s, r0, la, off + c0, lb, *_kind_max(m_row, seg, la))
-                    m_col, seg = _segment_max(s, la, axis=0)
-                    state.fold(s.T, off + c0, lb, r0, la, *_kind_max(m_col.T, seg, lb))
-                    row_max = m_row.max(axis=1)
+                    row_max = state.fold(s, False, r0, la, off + c0, lb).max(axis=1)
+                    state.fold(s, True, off + c0, lb, r0, la)
                 elif top is not None:
                     row_max = s.max(axis=1)
                 if top is not None:
