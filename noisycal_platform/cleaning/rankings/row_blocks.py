@@ -67,7 +67,9 @@ def row_blocks(n: int, n_blocks: int) -> list[tuple[int, int]]:
 
 
 def _tasks(blocks: list[tuple[int, int]]) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    return [(blocks[a], blocks[b]) for a in range(len(blocks)) for b in range(a, len(blocks))]
+    """Tasks (a, b), a <= b: the cross blocks first, then the (half as large) diagonal ones (a shorter tail)."""
+    m = len(blocks)
+    return [(blocks[a], blocks[b]) for a in range(m) for b in range(a + 1, m)] + [(blk, blk) for blk in blocks]
 
 
 def task_pair_counts(n: int, n_blocks: int) -> list[int]:
@@ -223,11 +225,16 @@ def _block_task(
     diag = a == b
     idx = np.r_[np.arange(*a), np.arange(0 if diag else b[0], 0 if diag else b[1])]
     na = a[1] - a[0]
-    x = np.concatenate([_load(emb, *a)] + ([] if diag else [_load(emb, *b)]))
     lab = np.zeros(idx.size, np.int64) if codes is None else codes[idx]
-    if codes is not None:  # class-sorted inside each block: a strip's columns of one class are contiguous
-        perm = np.r_[np.argsort(lab[:na], kind="stable"), na + np.argsort(lab[na:], kind="stable")]
-        x, idx, lab = x[perm], idx[perm], lab[perm]
+    # class-sorted inside each block (a strip's columns of one class are contiguous), one copy of the rows
+    perm = np.r_[np.argsort(lab[:na], kind="stable"), na + np.argsort(lab[na:], kind="stable")]
+    idx, lab = idx[perm], lab[perm]
+    x = None
+    for (lo, hi), o in ((a, 0), (b, na)) if not diag else ((a, 0),):
+        rows = _load(emb, lo, hi)
+        x = np.empty((idx.size, rows.shape[1]), np.float32) if x is None else x
+        np.take(rows, perm[o : o + hi - lo] - o, axis=0, out=x[o : o + hi - lo])
+        del rows
     far_pts = np.zeros(idx.size, bool) if alone is None else alone[idx]
     xa, xb = x[:na], x if diag else x[na:]
     off = 0 if diag else na  # state index of B's first point
