@@ -205,9 +205,13 @@ class _LabelState:
         self.far.add(p0 + lines[r], q0 + c, sub[r, c])
 
 
+def _source(emb: Embeddings) -> np.ndarray:
+    """The embeddings array (memory-mapped when ``emb`` is a path to a ``.npy`` file)."""
+    return np.load(emb, mmap_mode="r") if isinstance(emb, (str, Path)) else np.asarray(emb)
+
+
 def _load(emb: Embeddings, lo: int, hi: int) -> np.ndarray:
-    x = np.load(emb, mmap_mode="r") if isinstance(emb, (str, Path)) else emb
-    return as_unit_embeddings(x[lo:hi], row_offset=lo)
+    return as_unit_embeddings(_source(emb)[lo:hi], row_offset=lo)
 
 
 def _block_task(
@@ -223,18 +227,16 @@ def _block_task(
     from threadpoolctl import threadpool_limits
 
     diag = a == b
-    idx = np.r_[np.arange(*a), np.arange(0 if diag else b[0], 0 if diag else b[1])]
+    parts = [a] if diag else [a, b]
+    idx = np.concatenate([np.arange(*blk) for blk in parts])
     na = a[1] - a[0]
     lab = np.zeros(idx.size, np.int64) if codes is None else codes[idx]
     # class-sorted inside each block (a strip's columns of one class are contiguous), one copy of the rows
     perm = np.r_[np.argsort(lab[:na], kind="stable"), na + np.argsort(lab[na:], kind="stable")]
     idx, lab = idx[perm], lab[perm]
-    x = None
-    for (lo, hi), o in ((a, 0), (b, na)) if not diag else ((a, 0),):
-        rows = _load(emb, lo, hi)
-        x = np.empty((idx.size, rows.shape[1]), np.float32) if x is None else x
-        np.take(rows, perm[o : o + hi - lo] - o, axis=0, out=x[o : o + hi - lo])
-        del rows
+    x = np.empty((idx.size, _source(emb).shape[1]), np.float32)
+    for (lo, hi), o in zip(parts, (0, na), strict=False):
+        np.take(_load(emb, lo, hi), perm[o : o + hi - lo] - o, axis=0, out=x[o : o + hi - lo])
     far_pts = np.zeros(idx.size, bool) if alone is None else alone[idx]
     xa, xb = x[:na], x if diag else x[na:]
     off = 0 if diag else na  # state index of B's first point
@@ -286,7 +288,7 @@ def _run(client: Any, emb: Embeddings, tasks: list, *extra: Any) -> list:
 
 
 def _n_rows(emb: Embeddings) -> int:
-    x = np.load(emb, mmap_mode="r") if isinstance(emb, (str, Path)) else np.asarray(emb)
+    x = _source(emb)
     if x.ndim != 2:
         raise ValueError(f"emb must be a 2-D array (N, D), got shape {x.shape}")
     return int(x.shape[0])
