@@ -6,6 +6,8 @@ single-process kernels when ``client`` is ``None``, else their data-parallel for
 - label errors: :func:`~.rankings.rank_label_errors` or the ranking of
   :func:`~.rankings.row_blocks.blocked_label_error_scores` (the same scores, ordered the same way: ascending,
   ties by index);
+- both at once (:func:`near_duplicates_and_label_errors`): on a client one pass of row-block tasks over the
+  inner products feeds both (:func:`~.rankings.row_blocks.blocked_rankings`);
 - embeddings: :func:`~.encoder.embed` in this process or :func:`~.sharded_embeddings.sharded_embeddings` (images
   sharded over the workers, per-image inference; equal to 1e-5).
 
@@ -21,13 +23,24 @@ from typing import Any
 import numpy as np
 
 from noisycal_platform.cleaning.rankings import rank_label_errors, rank_near_duplicates
-from noisycal_platform.cleaning.rankings.row_blocks import blocked_label_error_scores, blocked_near_duplicates
+from noisycal_platform.cleaning.rankings.row_blocks import (
+    blocked_label_error_scores,
+    blocked_near_duplicates,
+    blocked_rankings,
+)
 from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
 from noisycal_platform.cleaning.sharded_embeddings import sharded_embeddings
 
-__all__ = ["ROW_BLOCKS", "SHARD_ROWS", "dino_embeddings", "label_errors", "near_duplicates"]
+__all__ = [
+    "ROW_BLOCKS",
+    "SHARD_ROWS",
+    "dino_embeddings",
+    "label_errors",
+    "near_duplicates",
+    "near_duplicates_and_label_errors",
+]
 
-ROW_BLOCKS = 4  # row blocks per ranking on a cluster: 4·3/2 = 6 tasks
+ROW_BLOCKS = 4  # row blocks per ranking on a cluster: 4·5/2 = 10 tasks (B_a × B_b, a <= b)
 SHARD_ROWS = 4096  # images per embedding task on a cluster
 
 
@@ -43,6 +56,21 @@ def label_errors(emb: np.ndarray, labels: object, client: Any = None) -> Ranking
     if client is None:
         return rank_label_errors(emb, labels)
     score, _, _ = blocked_label_error_scores(emb, labels, client=client, n_blocks=ROW_BLOCKS)
+    return _ranking(score)
+
+
+def near_duplicates_and_label_errors(
+    emb: np.ndarray, top_k: int, labels: object, client: Any = None
+) -> tuple[PairRanking, Ranking]:
+    """:func:`near_duplicates` and :func:`label_errors` of the same embeddings; on ``client`` one pass of
+    row-block tasks computes both (the same results as the two calls)."""
+    if client is None:
+        return rank_near_duplicates(emb, top_k), rank_label_errors(emb, labels)
+    pairs, (score, _, _) = blocked_rankings(emb, top_k, labels, client=client, n_blocks=ROW_BLOCKS)
+    return pairs, _ranking(score)
+
+
+def _ranking(score: np.ndarray) -> Ranking:
     return Ranking(np.argsort(score, kind="stable"), score)
 
 

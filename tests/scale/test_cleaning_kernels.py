@@ -55,13 +55,20 @@ def test_the_chooser_runs_row_block_tasks_only_with_a_client():
     x, labels = cp.embedding_matrix(emb, "dino"), cp.image_files(images)["label"].to_numpy()
     inline = _InlineClient()
     got, want = kernels.near_duplicates(x, 200, inline), rank_near_duplicates(x, 200)
-    assert inline.submitted == kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS - 1) // 2
+    assert inline.submitted == kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2  # B_a × B_b, a <= b
     np.testing.assert_array_equal(got.pairs, want.pairs)
     np.testing.assert_array_equal(got.scores, want.scores)
     got, want = kernels.label_errors(x, labels, inline), rank_label_errors(x, labels)
-    assert inline.submitted == 2 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS - 1) // 2
+    assert inline.submitted == 2 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
     np.testing.assert_array_equal(got.order, want.order)
     np.testing.assert_array_equal(got.scores, want.scores)
+    pairs, errors = kernels.near_duplicates_and_label_errors(x, 200, labels, inline)  # one pass for both
+    assert inline.submitted == 3 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
+    np.testing.assert_array_equal(errors.order, want.order)
+    np.testing.assert_array_equal(errors.scores, want.scores)
+    want = rank_near_duplicates(x, 200)
+    np.testing.assert_array_equal(pairs.pairs, want.pairs)
+    np.testing.assert_array_equal(pairs.scores, want.scores)
 
 
 def _on_worker(executor: str) -> str:

@@ -32,8 +32,10 @@ MAX_WORKERS = 4  # cap on the tile worker threads of :func:`ordered_map` (read a
 OrderedMap = Callable[[Callable, Iterable], Iterator]
 
 
-def as_unit_embeddings(emb: np.ndarray, name: str = "emb") -> np.ndarray:
-    """Validate ``emb`` (N×D, finite, no zero rows) and return its L2-normalised float32 copy."""
+def as_unit_embeddings(emb: np.ndarray, name: str = "emb", row_offset: int = 0) -> np.ndarray:
+    """Validate ``emb`` (N×D, finite, no zero rows) and return its L2-normalised float32 copy.
+
+    ``row_offset`` is added to the row numbers in the error messages (``emb`` a block of a larger array)."""
     x = np.asarray(emb)
     if x.ndim != 2:
         raise ValueError(f"{name} must be a 2-D array (N, D), got shape {x.shape}")
@@ -46,11 +48,11 @@ def as_unit_embeddings(emb: np.ndarray, name: str = "emb") -> np.ndarray:
     for a in range(0, x.shape[0], step):  # chunked: no full float64 copy of large inputs
         blk = np.asarray(x[a : a + step], dtype=np.float64)
         if not np.all(np.isfinite(blk)):
-            bad = a + int(np.flatnonzero(~np.isfinite(blk).all(axis=1))[0])
+            bad = row_offset + a + int(np.flatnonzero(~np.isfinite(blk).all(axis=1))[0])
             raise ValueError(f"{name} has non-finite values in row {bad}")
         norms = np.linalg.norm(blk, axis=1)
         if np.any(norms == 0.0):
-            bad = a + int(np.flatnonzero(norms == 0.0)[0])
+            bad = row_offset + a + int(np.flatnonzero(norms == 0.0)[0])
             raise ValueError(f"{name} has an all-zero row {bad}; cosine distance is undefined")
         out[a : a + step] = blk / norms[:, None]
     return out

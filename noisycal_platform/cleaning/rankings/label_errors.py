@@ -31,7 +31,7 @@ from ._kernels import (
 )
 from .types import Ranking
 
-__all__ = ["label_error_scores", "rank_label_errors"]
+__all__ = ["label_error_scores", "rank_label_errors", "ratio_scores"]
 
 _TILE = 4096  # tile side (points)
 _MICRO_PER_TILE = 8  # micro-blocks per tile side: micro-block = _TILE // 8 = 512 points
@@ -273,11 +273,15 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     d_diff = np.empty(n)
     d_same[perm] = d_same_s
     d_diff[perm] = d_diff_s
+    return ratio_scores(d_same, d_diff), d_same, d_diff
+
+
+def ratio_scores(d_same: np.ndarray, d_diff: np.ndarray) -> np.ndarray:
+    """score = d_diff² / (d_same² + d_diff²) (SelfClean), 0/0 -> 0.5 (see :func:`rank_label_errors`)."""
     num = d_diff * d_diff
     den = d_same * d_same + num
     with np.errstate(invalid="ignore", divide="ignore"):
-        score = np.where(den > 0.0, num / np.where(den > 0.0, den, 1.0), 0.5)
-    return score, d_same, d_diff
+        return np.where(den > 0.0, num / np.where(den > 0.0, den, 1.0), 0.5)
 
 
 def rank_label_errors(emb: np.ndarray, labels: object) -> Ranking:
