@@ -9,6 +9,8 @@ of the exact pair ranking, and by the recall of the k = 10 nearest-neighbour can
 
 Measured 2026-12-01 (2 shared cores, load 4-9): 500 images, 162 pairs, 96 px, 2 epochs in 670 s: recall@162 0.204
 frozen, 0.204 after epochs 1 and 2; candidate recall 0.611 frozen, 0.605 fine-tuned.
+Measured 2026-12-02 (2 cores, idle): ``--limit 1500 --epochs 3 --size 160 --lr 2e-4``, 600 s of training:
+recall@488 0.176 frozen, 0.182 / 0.195 / 0.195 after epochs 1-3; candidate recall 0.502 frozen, 0.502 / 0.506 / 0.506.
 """
 
 from __future__ import annotations
