@@ -362,7 +362,9 @@ def cmd_export(args) -> int:
     layout = HomeLayout.at(args.home)
     if not layout.warehouse.exists():
         raise FileNotFoundError(f"{layout.warehouse} does not exist: nothing to export")
-    root = args.root or str(layout.home / "warehouse")
+    from resources.settings import load_settings
+
+    root = args.root or load_settings(layout.home).parquet_root(layout.home)
     written = export_parquet(layout.warehouse, root, partition_columns(build_definitions(layout.home)), args.switch)
     for table, n in sorted(written.items()):
         print(f"{table}\t{n} file(s)")
@@ -434,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_audit_parser(sub)
     p = sub.add_parser("export", help="write the DuckDB warehouse as one Parquet file per asset partition")
     p.add_argument("format", choices=["parquet"])
-    p.add_argument("--root", default=None, help="local path or fsspec URL (default $NOISYCAL_HOME/warehouse)")
+    p.add_argument("--root", default=None,
+                   help="local path or fsspec URL (default: settings' warehouse_root, else $NOISYCAL_HOME/warehouse)")
     p.add_argument("--switch", action="store_true", help="then replace the DuckDB tables by views over the files")
     p.set_defaults(func=cmd_export)
     return parser

@@ -6,6 +6,11 @@ included, taken under a short read-only connection) into a temporary file beside
 it over ``$NOISYCAL_HOME/snapshot/warehouse.duckdb`` (atomic on POSIX: a reader that has the old snapshot
 open keeps reading it). The runner refreshes it after every tick/materialize that ran something; under the
 daemon, ``snapshot_sensor`` refreshes it after each successful run.
+
+With the Parquet warehouse the snapshot holds the views (their definitions name the files under the warehouse
+root), and ``query`` opens it with the root's fsspec filesystem registered, as the platform's own connections do
+(``resources.parquet_warehouse.connect_views``), so an ``s3://`` root needs no DuckDB extension (and DuckDB never
+tries to download one).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 import duckdb
 
 from noisycal_platform.paths import HomeLayout
+from resources.settings import load_settings
 
 __all__ = ["query", "refresh_snapshot", "snapshot_path"]
 
@@ -54,5 +60,12 @@ def query(home: str | Path, sql: str):
     path = snapshot_path(home)
     if not path.is_file():
         raise FileNotFoundError(f"no warehouse snapshot at {path} yet: it is written after the first run")
-    with duckdb.connect(str(path), read_only=True) as con:
+    settings = load_settings(HomeLayout.at(home).home)
+    if settings.warehouse == "parquet":
+        from resources.parquet_warehouse import connect_views
+
+        connection = connect_views(path, settings.parquet_root(HomeLayout.at(home).home))
+    else:
+        connection = duckdb.connect(str(path), read_only=True)
+    with connection as con:
         return con.execute(sql).pl()

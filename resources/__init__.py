@@ -20,7 +20,7 @@ def _io_manager(layout: HomeLayout, settings: SettingsResource) -> tuple[object,
     if settings.warehouse == "parquet":
         from resources.parquet_warehouse import ParquetViewsResource, parquet_warehouse_io_manager
 
-        root = str(settings.warehouse_root or layout.home / "warehouse")
+        root = settings.parquet_root(layout.home)
         views = ParquetViewsResource(database=str(layout.warehouse), root=root)
         return parquet_warehouse_io_manager(layout.warehouse, root), views
     return warehouse_io_manager(layout.warehouse), warehouse_resource(layout.warehouse)

@@ -85,6 +85,10 @@ class SettingsResource(dg.ConfigurableResource):
         """A JSON boolean reads as "true" / "false"."""
         return ("true" if value else "false") if isinstance(value, bool) else value
 
+    def parquet_root(self, home: str | Path) -> str:
+        """The Parquet warehouse's root: ``warehouse_root``, or ``<home>/warehouse`` when that is unset."""
+        return str(self.warehouse_root or Path(home) / "warehouse")
+
     def encoder_keys(self) -> dict[str, object]:
         """The encoder settings as keyword arguments of ``noisycal_platform.cleaning.encoder.choose_encoder``."""
         return {"encoder": self.encoder, "rerank": self.near_duplicate_rerank, "checkpoint": self.encoder_checkpoint,

@@ -195,6 +195,11 @@ def test_cli_export_uses_each_assets_partition_column(tmp_path, capsys):
     assert sorted(p.name for p in folder.iterdir()) == sorted([partition_file("v1"), partition_file("v2")])
     assert pl.read_parquet(folder / partition_file("v1"))["value"].sort().to_list() == [0.1, 0.3]
     assert "1 table(s) written" in capsys.readouterr().out
+    shared = tmp_path / "shared"  # without --root the export goes to the root the settings name
+    (home / "settings.json").write_text(json.dumps({"warehouse_root": str(shared)}))
+    assert main(["--home", str(home), "export", "parquet"]) == 0
+    assert (shared / "calibration" / "nc_ece_report" / partition_file("v2")).is_file()
+    assert f"under {shared}" in capsys.readouterr().out
 
 
 def _same_on_both_backends(tmp_path, keys: list[str], versions: list[str]) -> Path:

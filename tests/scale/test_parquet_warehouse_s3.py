@@ -2,6 +2,7 @@
 processes of different partitions, a failed and a killed writer leaving the previous version of their
 partition readable, and DuckDB views reading the S3 files through the root's fsspec filesystem."""
 
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +145,13 @@ def test_a_killed_writer_leaves_the_previous_version_readable(root):
         proc.wait()
     frame = _read(root, "big", "p")
     assert frame.height == n and frame["tag"].n_unique() == 1 and frame["item"].to_list()[-1] == n - 1
+
+
+def test_noisycal_query_reads_the_s3_views_of_its_snapshot(tmp_path, root):
+    from orchestration.snapshot import query, refresh_snapshot
+
+    (tmp_path / "settings.json").write_text(json.dumps({"warehouse": "parquet", "warehouse_root": root}))
+    _write(ParquetWarehouseIOManager(database=str(tmp_path / "warehouse.duckdb"), root=root), "v1", _frame("v1", 3, 4))
+    assert refresh_snapshot(tmp_path) is not None
+    got = query(tmp_path, "select model_version, count(*), max(tag) from calibration.scores group by 1")
+    assert got.rows() == [("v1", 3, 4)]
