@@ -157,18 +157,28 @@ class Stage:
         """``dg.asset`` with this stage's prefix and shared options; pass only what differs."""
         return dg.asset(key_prefix=self.name, **self.options(**overrides))
 
-    def multi_asset(self, outs: Mapping[str, Mapping[str, pl.DataType] | None], **overrides: Any) -> Callable:
+    def multi_asset(
+        self,
+        outs: Mapping[str, Mapping[str, pl.DataType] | None],
+        *,
+        descriptions: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Callable:
         """``dg.multi_asset`` whose outputs (name -> column schema or None) each get this stage's key prefix,
-        kinds, automation condition and metadata; group, pool and partitions are set once."""
+        kinds, automation condition and metadata, and their own description from ``descriptions`` when given
+        (the UI shows it on the asset); group, pool and partitions are set once. With ``can_subset=True`` no output
+        is required: the step yields only those selected (``context.selected_output_names``)."""
+        required = not overrides.get("can_subset", False)
         opts = self.options(**overrides)
         shared = {k: opts.pop(k) for k in ("kinds", "automation_condition") if k in opts}
         metadata = opts.pop("metadata", {})
 
-        def out(schema: Mapping[str, pl.DataType] | None) -> dg.AssetOut:
+        def out(name: str, schema: Mapping[str, pl.DataType] | None) -> dg.AssetOut:
             md = metadata if schema is None else {**metadata, COLUMN_SCHEMA: self.column_schema(schema)}
-            return dg.AssetOut(key_prefix=self.name, metadata=md, **shared)
+            text = (descriptions or {}).get(name)
+            return dg.AssetOut(key_prefix=self.name, metadata=md, description=text, is_required=required, **shared)
 
-        return dg.multi_asset(outs={name: out(schema) for name, schema in outs.items()}, **opts)
+        return dg.multi_asset(outs={name: out(name, schema) for name, schema in outs.items()}, **opts)
 
     def column_schema(self, schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
         """The stored table's columns: the partition column first (when the frame lacks it), then ``schema``."""

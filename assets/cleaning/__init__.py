@@ -1,7 +1,7 @@
 """Cleaning stage (seed 001, SelfClean protocol), one partition per image dataset; one module per sub-stage.
 
 - ``embeddings``: raw/images -> ssl_encoder -> embeddings
-- ``rankings``: -> rank_irrelevant, rank_near_duplicates, rank_label_errors
+- ``rankings``: -> rank_irrelevant; -> rank_near_duplicates, rank_label_errors (one step, ``neighbour_rankings``)
 - ``confirmation``: -> confirmation_queue (exported for the web tool) -> [raw/confirmations] -> confirmed_issues,
   annotation_sessions -> cleaned_file_list
 - ``outcomes``: -> label_error_prevalence, agreement, ranking_quality, annotation_speedup, stopping_sensitivity,
@@ -35,7 +35,7 @@ from assets.cleaning.outcomes import (
     ranking_vs_truth,
     stopping_sensitivity,
 )
-from assets.cleaning.rankings import rank_irrelevant, rank_label_errors, rank_near_duplicates
+from assets.cleaning.rankings import neighbour_rankings, rank_irrelevant
 
 __all__ = [
     "CLEANED_FILE_LIST",
@@ -57,9 +57,8 @@ __all__ = [
     "expert_vs_lay",
     "label_error_prevalence",
     "n_stop_of",
+    "neighbour_rankings",
     "rank_irrelevant",
-    "rank_label_errors",
-    "rank_near_duplicates",
     "ranking_quality",
     "ranking_vs_truth",
     "ssl_encoder",

@@ -1,19 +1,22 @@
 """Cleaning, second sub-stage: the three issue rankings per embedding kind (seed 001 §3.3).
 
-embeddings -> rank_irrelevant, rank_near_duplicates, rank_label_errors.
+embeddings -> rank_irrelevant; embeddings -> neighbour_rankings -> rank_near_duplicates, rank_label_errors (one
+step: one pass over the nearest neighbours feeds both).
 """
+
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
 
-from assets.cleaning.keys import EMBEDDED_IN, n_stop_of
+from assets.cleaning.keys import EMBEDDED_IN, RANK_LABEL_ERRORS, RANK_NEAR_DUPLICATES, n_stop_of
 from assets.policy import CLEANING
 from noisycal_platform.cleaning import pipeline as cp
 from resources.executor import kernel_client
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 
-__all__ = ["rank_irrelevant", "rank_label_errors", "rank_near_duplicates"]
+__all__ = ["neighbour_rankings", "rank_irrelevant"]
 
 
 @CLEANING.asset(
@@ -28,32 +31,39 @@ def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output
     return dg.Output(frame, metadata={"top_dino": ", ".join(top)})
 
 
-@CLEANING.asset(
+#: output names of the one step (its assets' keys are cleaning/<name>)
+NEAR_DUPLICATES, LABEL_ERRORS = RANK_NEAR_DUPLICATES.path[-1], RANK_LABEL_ERRORS.path[-1]
+
+
+@CLEANING.multi_asset(
+    {NEAR_DUPLICATES: cp.NEAR_DUPLICATE_SCHEMA, LABEL_ERRORS: cp.RANKING_SCHEMA},
     ins=EMBEDDED_IN,
-    schema=cp.NEAR_DUPLICATE_SCHEMA,
-    description="Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
-    "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
-    "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
+    can_subset=True,
+    descriptions={
+        NEAR_DUPLICATES: "Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
+        "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
+        "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
+        LABEL_ERRORS: "Label-error ranking: d_diff² / (d_same² + d_diff²) with the nearest same-label and "
+        "different-label neighbours, ascending, per embedding kind (seed 001 §3.3).",
+    },
+    description="The near-duplicate and label-error rankings, one step: both read every image's nearest "
+    "neighbours, so with the dask executor one pass of row-block tasks feeds both. Either reruns alone (the "
+    "queue refill reruns only the near-duplicate ranking).",
 )
-def rank_near_duplicates(context: dg.AssetExecutionContext, images: pl.DataFrame, embeddings: pl.DataFrame,
-                         inbox: InboxResource, settings: SettingsResource) -> dg.Output:
+def neighbour_rankings(context: dg.AssetExecutionContext, images: pl.DataFrame, embeddings: pl.DataFrame,
+                       inbox: InboxResource, settings: SettingsResource) -> Iterator[dg.Output]:
     # the queue extends as annotators go: two stopping runs beyond the deepest near-duplicate answered so far
-    dataset = context.partition_key
+    dataset, selected = context.partition_key, context.selected_output_names
     depth = cp.near_duplicate_queue_depths(inbox.layout, [dataset], initial=settings.near_duplicate_top_k,
                                            n_stop=n_stop_of(settings))[dataset]
     choice = cp.encoder_choice(images, **settings.encoder_keys())
     with kernel_client(settings) as client:
-        frame = cp.near_duplicate_rankings(images, embeddings, depth, rerank=choice.rerank, k=choice.k, client=client)
-    return dg.Output(frame, metadata={"pairs_per_kind": depth, "reranked": choice.rerank,
-                                      "encoder_choice": choice.reason})
-
-
-@CLEANING.asset(
-    ins=EMBEDDED_IN,
-    schema=cp.RANKING_SCHEMA,
-    description="Label-error ranking: d_diff² / (d_same² + d_diff²) with the nearest same-label and "
-    "different-label neighbours, ascending, per embedding kind (seed 001 §3.3).",
-)
-def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, settings: SettingsResource) -> pl.DataFrame:
-    with kernel_client(settings) as client:
-        return cp.label_error_table(images, embeddings, client)
+        pairs, errors = cp.neighbour_rankings(
+            images, embeddings, depth, near_duplicates=NEAR_DUPLICATES in selected,
+            label_errors=LABEL_ERRORS in selected, rerank=choice.rerank, k=choice.k, client=client,
+        )
+    if pairs is not None:
+        yield dg.Output(pairs, output_name=NEAR_DUPLICATES, metadata={
+            "pairs_per_kind": depth, "reranked": choice.rerank, "encoder_choice": choice.reason})
+    if errors is not None:
+        yield dg.Output(errors, output_name=LABEL_ERRORS)

@@ -117,6 +117,7 @@ __all__ = [
     "near_duplicate_queue_depths",
     "near_duplicate_rankings",
     "near_duplicate_table",
+    "neighbour_rankings",
     "queue_from_tables",
     "ranking_quality_table",
     "ranking_truth_table",
@@ -774,9 +775,43 @@ def near_duplicate_rankings(
     (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`; ``score`` = d = (1 − cos)/2)
     in place of its top-k ranking (in this process). The baseline kind keeps its plain ranking. ``client``: see
     :func:`near_duplicate_table`."""
-    plain = near_duplicate_table(images, embeddings, top_k, client).with_columns(
-        pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified")
-    )
+    plain = near_duplicate_table(images, embeddings, top_k, client)
+    return _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
+
+
+def neighbour_rankings(
+    images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, near_duplicates: bool = True,
+    label_errors: bool = True, rerank: bool = False, k: int = 10, min_inliers: int = 8, combine: str = "rank_sum",
+    client: Any = None,
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(:func:`near_duplicate_rankings`, :func:`label_error_table`) of the same embeddings, each only when asked
+    for (``None`` otherwise): both rankings read the nearest neighbours of every image, so when both are asked
+    for with a Dask ``client`` one pass of row-block tasks per embedding kind feeds both
+    (:func:`~noisycal_platform.cleaning.kernels.near_duplicates_and_label_errors`), half the inner products of
+    two passes. The tables equal the two functions' (pair for pair, score for score)."""
+    if not (near_duplicates and label_errors):
+        pairs = near_duplicate_rankings(images, embeddings, top_k, rerank=rerank, k=k, min_inliers=min_inliers,
+                                        combine=combine, client=client) if near_duplicates else None
+        return pairs, label_error_table(images, embeddings, client) if label_errors else None
+    from noisycal_platform.cleaning.kernels import near_duplicates_and_label_errors
+
+    files = image_files(images)
+    labels = files["label"].to_numpy()
+    both = {kind: near_duplicates_and_label_errors(embedding_matrix(embeddings, kind), top_k, labels, client)
+            for kind in EMBEDDING_KINDS}
+    plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
+    errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
+    verified = _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
+    return verified, errors
+
+
+def _verified(
+    images: pl.DataFrame, embeddings: pl.DataFrame, plain: pl.DataFrame, *, rerank: bool, k: int,
+    min_inliers: int, combine: str,
+) -> pl.DataFrame:
+    """``NEAR_DUPLICATE_SCHEMA`` of the plain pair table (``PAIR_RANKING_SCHEMA``), the DINO kind re-ranked by
+    SIFT verification with ``rerank`` (:func:`near_duplicate_rankings`)."""
+    plain = plain.with_columns(pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified"))
     if not rerank:
         return plain.cast(NEAR_DUPLICATE_SCHEMA)
     from noisycal_platform.cleaning.rankings.verify import sift_from_files, verified_near_duplicates

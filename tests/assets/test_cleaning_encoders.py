@@ -76,8 +76,9 @@ def _sha256(path) -> str:
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def _metadata(result, asset: str) -> dict:
-    mats = result.asset_materializations_for_node(asset)
+def _metadata(result, node: str, asset: str | None = None) -> dict:
+    """Metadata of the latest materialisation by step ``node`` (of ``asset`` only, for a multi-asset step)."""
+    mats = [m for m in result.asset_materializations_for_node(node) if asset in (None, m.asset_key.to_user_string())]
     return {k: v.value for k, v in mats[-1].metadata.items()}
 
 
@@ -215,7 +216,9 @@ def test_auto_default_on_photographs_records_the_choice_in_metadata_table_and_re
         "auto", "efficientnet-lite0", 160)
     assert meta["near_duplicate_rerank"] is True and meta["near_duplicate_k"] == 10
     assert meta["image_short_side_px"] == SIZE and "real photographs" in meta["encoder_choice"]
-    assert _metadata(result, "cleaning__rank_near_duplicates")["reranked"] is True
+    assert _metadata(result, "neighbour_rankings", "cleaning/rank_near_duplicates")["reranked"] is True
+    built = {m.asset_key.to_user_string() for m in result.asset_materializations_for_node("neighbour_rankings")}
+    assert built == {"cleaning/rank_near_duplicates"}  # asked for alone (CHAIN): the label errors are not built
     row = sql(home, "SELECT * FROM cleaning.ssl_encoder").row(0, named=True)
     assert row["encoder_resolved"] == "efficientnet-lite0" and row["encoder_choice"] == meta["encoder_choice"]
     ranked = sql(home, "SELECT * FROM cleaning.rank_near_duplicates WHERE embedding_kind = 'dino'")

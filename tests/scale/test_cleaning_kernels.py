@@ -71,6 +71,22 @@ def test_the_chooser_runs_row_block_tasks_only_with_a_client():
     np.testing.assert_array_equal(pairs.scores, want.scores)
 
 
+def test_both_neighbour_rankings_share_one_pass_of_row_block_tasks():
+    images, emb = _tables(n=120)
+    per_pass = kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
+    want = cp.near_duplicate_rankings(images, emb, 300), cp.label_error_table(images, emb)
+    inline = _InlineClient()
+    pairs, errors = cp.neighbour_rankings(images, emb, 300, client=inline)
+    assert inline.submitted == len(cp.EMBEDDING_KINDS) * per_pass  # one pass per kind, not one per ranking
+    assert pairs.equals(want[0]) and errors.equals(want[1])
+    assert cp.neighbour_rankings(images, emb, 300)[0].equals(want[0])  # and in this process, no client
+    inline = _InlineClient()
+    pairs, errors = cp.neighbour_rankings(images, emb, 300, label_errors=False, client=inline)
+    assert errors is None and pairs.equals(want[0]) and inline.submitted == len(cp.EMBEDDING_KINDS) * per_pass
+    pairs, errors = cp.neighbour_rankings(images, emb, 300, near_duplicates=False)
+    assert pairs is None and errors.equals(want[1])
+
+
 def _on_worker(executor: str) -> str:
     with kernel_client(SettingsResource(executor=executor)) as client:
         return type(client).__name__
@@ -95,8 +111,7 @@ def test_cleaning_tables_on_a_local_cluster_equal_the_single_process_tables(tmp_
     sha, path = save_encoder(enc, tmp_path / "artifacts")
     pixels = np.random.default_rng(1).integers(0, 256, size=(90, 3, 32, 32), dtype=np.uint8)
     with distributed.Client(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as client:
-        pairs = cp.near_duplicate_rankings(images, emb, 500, client=client)
-        errors = cp.label_error_table(images, emb, client)
+        pairs, errors = cp.neighbour_rankings(images, emb, 500, client=client)
         kernels_sharded = kernels.SHARD_ROWS
         kernels.SHARD_ROWS = 25  # four shards of 90 images
         try:
