@@ -10,11 +10,24 @@ PORT ?= 3000
 
 .PHONY: demo test test-slow test-all ui serve confirm bench bench-latency screenshots lint lock browser-deps slow-deps clean venv
 
+# The installer is uv (one resolver pass, parallel downloads; a fresh environment in about 30 s here against
+# about 10 min with pip). uv does not read pip's configuration, so the local CPU torch wheel's folder is passed
+# explicitly; without it a bare torch==2.13.0 would resolve to PyPI's multi-GB CUDA build. pip stays the
+# fallback when uv cannot be installed.
+UV_VERSION := 0.13.9
+TORCH_WHEELS ?= $(wildcard /opt/wheels)
+UV_FIND_LINKS := $(if $(TORCH_WHEELS),--find-links $(TORCH_WHEELS),)
+
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first: the local CPU build. A bare `torch` requirement would pull a multi-GB CUDA wheel.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm,scale]'
+	@if $(BIN)/pip install --quiet uv==$(UV_VERSION); then \
+		$(BIN)/uv pip install --quiet --python $(BIN)/python $(UV_FIND_LINKS) -c constraints.txt \
+			torch==2.13.0 -e '.[dev,llm,scale]'; \
+	else \
+		echo "uv unavailable: installing with pip (slower)"; \
+		$(BIN)/pip install --quiet torch==2.13.0 && \
+		$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,llm,scale]'; \
+	fi
 	@rm -f $(VENV)/.installed-*
 	@touch $(STAMP)
 
@@ -70,7 +83,7 @@ screenshots: $(STAMP) browser-deps
 
 lock: $(STAMP)
 	@echo "regenerate constraints.txt from the tested venv (keep the header's hand pins true)"
-	$(BIN)/pip freeze --exclude noisycal-platform | sed -e 's/^torch==2.13.0+cpu/torch==2.13.0/' > constraints.lock.new
+	$(BIN)/pip freeze --exclude noisycal-platform --exclude uv | sed -e 's/^torch==2.13.0+cpu/torch==2.13.0/' > constraints.lock.new
 
 clean:
 	rm -rf $(VENV) .noisycal .pytest_cache .ruff_cache
