@@ -65,6 +65,7 @@ _CANDIDATES = [REPO.parent / "shared" / "data" / "ham10000_200x150",
                REPO.parent.parent / "shared" / "data" / "ham10000_200x150"]  # main checkout, or a worktree
 DATA = Path(os.environ.get("HAM10000_DIR", next((p for p in _CANDIDATES if p.is_dir()), _CANDIDATES[0])))
 KS = (1000, 3207)
+TUNING_LESIONS = Path(__file__).resolve().parent / "ham10000_tuning_lesions.csv"
 STAGE_BUDGET_S = 20 * 60  # the whole cleaning stage on the 10,015 images on a 2-core machine
 #: rows of the issue's table measured earlier with other tools or budgets (quoted, not re-run here)
 QUOTED = [
@@ -84,9 +85,16 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def load_truth(limit: int | None) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
-    """Image ids in lesion order (lesion_id, image_id), so a prefix holds whole lesions; pairs as (i < j)."""
+def load_truth(limit: int | None, half: str = "all") -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """Image ids in lesion order (lesion_id, image_id), so a prefix holds whole lesions; pairs as (i < j).
+
+    ``half``: ``tuning`` keeps the lesions of ``ham10000_tuning_lesions.csv`` (``ham10000_split.py``),
+    ``evaluation`` the others, ``all`` every image. Settings are chosen on tuning; figures come from evaluation."""
     meta = pl.read_csv(DATA / "metadata.csv").sort(["lesion_id", "image_id"])
+    if half != "all":
+        tuning = pl.read_csv(TUNING_LESIONS)["lesion_id"]
+        keep = pl.col("lesion_id").is_in(tuning.implode())
+        meta = meta.filter(keep if half == "tuning" else ~keep)
     if limit:
         meta = meta.head(limit)
     ids = meta["image_id"].to_list()
@@ -316,6 +324,8 @@ def _row(name: str, m: dict, ap: float | None) -> tuple[str, str, str, str, str]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--half", default="all", choices=["all", "tuning", "evaluation"],
+                    help="lesion half (ham10000_tuning_lesions.csv): choose settings on tuning, report evaluation")
     ap.add_argument("--limit", type=int, default=None, help="first N images in lesion order (a subset, e.g. 300)")
     ap.add_argument("--encoder", default=None, help="default: what the settings' encoder (auto) resolves to")
     ap.add_argument("--image-size", type=int, default=None, help="default: the encoder's real-data size")
@@ -337,7 +347,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     from sklearn.metrics import roc_auc_score
 
-    ids, pos, audited, labels = load_truth(args.limit)
+    ids, pos, audited, labels = load_truth(args.limit, args.half)
     files = [str(DATA / "images" / f"{i}.jpg") for i in ids]
     n = len(files)
     load0 = os.getloadavg()
