@@ -17,6 +17,8 @@ import pytest
 
 from tests.guarantees import _runs
 
+pytestmark = pytest.mark.guarantee  # the guarantee tier (issue 23 item 3): in the default suite
+
 R_COVERAGE = 250
 R_SIZE = 250
 

@@ -19,6 +19,8 @@ import pytest
 
 from tests.guarantees import _runs
 
+pytestmark = pytest.mark.guarantee  # the guarantee tier (issue 23 item 3): in the default suite
+
 R_COVERAGE = 500
 R_SIZE = 250
 COLUMNS = {"top_label": 0, "classwise": 3}  # (lo, hi, p) per kind in the runner's row

@@ -15,6 +15,8 @@ import pytest
 
 from tests.guarantees import _runs
 
+pytestmark = pytest.mark.guarantee  # the guarantee tier (issue 23 item 3): in the default suite
+
 R_SUBGROUPS = 250
 R_CHECKS = 250
 

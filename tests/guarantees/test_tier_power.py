@@ -6,6 +6,8 @@ from scipy.stats import binom
 
 from tests.guarantees import _runs
 
+pytestmark = pytest.mark.guarantee  # the guarantee tier (issue 23 item 3): in the default suite
+
 # (R, threshold, kind, regressed rate): coverage-like (pass when ≥ t) or size-like (pass when ≤ t)
 CLAIMS = [
     (250, 232, "coverage", 0.90),  # binary coverage ≥ 94%
