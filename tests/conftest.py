@@ -1,4 +1,5 @@
-"""Shared fixtures: a fresh ``$NOISYCAL_HOME`` per test, and quiet Dagster logs."""
+"""Shared fixtures: a fresh ``$NOISYCAL_HOME`` per test, and quiet Dagster logs; with ``CI=true`` a test whose
+shared data set is missing fails (``tests/shared_data.py``)."""
 
 import logging
 
@@ -6,6 +7,7 @@ import pytest
 
 from noisycal_platform.paths import HomeLayout
 from orchestration.signals import heed_interrupts
+from tests.shared_data import missing_shared_message
 
 # a suite started in the background (CI runners, `make test &`) would otherwise pass ignored SIGINT/SIGTERM on
 # to the Dask workers and Dagster's log followers of the executor tests (orchestration.signals)
@@ -29,3 +31,9 @@ def _no_inbox_settle_time():
 @pytest.fixture
 def layout(tmp_path) -> HomeLayout:
     return HomeLayout.at(tmp_path / "home").ensure()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    message = missing_shared_message(item.iter_markers("shared_data"))
+    if message is not None:
+        pytest.fail(message, pytrace=False)

@@ -19,7 +19,7 @@ from noisycal_platform.calibration import (
     estimate_channels,
     nc_ece,
 )
-from tests.shared_data import shared_path
+from tests.shared_data import needs_shared, shared_path
 
 
 def _nc_ece_reference(scores, annotations, channels, weights, n_bins):
@@ -216,7 +216,7 @@ def test_bad_inputs_are_named():
 CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 
 
-@pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")
+@needs_shared(CIFAR, "shared CIFAR-10N fixture")
 def test_cifar10n_semi_synthetic_nc_ece_tracks_clean_ece():
     """Real human noise, synthetic score logit = 1.5(2Y − 1) + N(0, 1.5²) (research notes §1a): NC-ECE with
     Dawid–Skene channels lands near the clean-label ECE; naive ECEs are biased low."""

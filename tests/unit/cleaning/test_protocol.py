@@ -18,7 +18,7 @@ from noisycal_platform.cleaning.protocol import (
     stopping_count,
     truncate_sessions,
 )
-from tests.shared_data import shared_path
+from tests.shared_data import needs_shared, shared_path
 from tests.unit.cleaning._answers import answer_record, stamp
 
 
@@ -173,7 +173,7 @@ LISTS = {
 }
 
 
-@pytest.mark.skipif(not REVISED.is_dir(), reason="shared SelfClean revised benchmark data not present")
+@needs_shared(REVISED, "shared SelfClean revised benchmark data")
 @pytest.mark.parametrize("ds", sorted(SIZES))
 def test_removals_on_published_unanimous_issues(ds):
     """The published file lists (seed 001 §3.4) remove one sample per confirmed pair. Where no near-duplicate

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from noisycal_platform.calibration import NotIdentifiableError, dawid_skene
-from tests.shared_data import shared_path
+from tests.shared_data import needs_shared, shared_path
 
 CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 # README of shared/data/cifar10n: empirical channels against clean_label (independent of any estimator)
@@ -86,7 +86,7 @@ def _cifar():
     return df.select("annotator_1", "annotator_2", "annotator_3").to_numpy().astype(float)
 
 
-@pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")
+@needs_shared(CIFAR, "shared CIFAR-10N fixture")
 def test_cifar10n_recovers_readme_channels_within_0_01():
     fit = dawid_skene(_cifar())
     np.testing.assert_allclose(fit.fpr, CIFAR_TRUE_FPR, atol=0.01)
@@ -94,7 +94,7 @@ def test_cifar10n_recovers_readme_channels_within_0_01():
     assert fit.prevalence == pytest.approx(0.40, abs=0.01)  # 20,000 / 50,000 vehicles
 
 
-@pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")
+@needs_shared(CIFAR, "shared CIFAR-10N fixture")
 def test_cifar10n_matches_crowdkit_dawid_skene():
     pd = pytest.importorskip("pandas")
     ck = pytest.importorskip("crowdkit.aggregation")

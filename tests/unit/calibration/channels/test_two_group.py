@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from noisycal_platform.calibration import NotIdentifiableError, dawid_skene, two_group, two_group_from_moments
-from tests.shared_data import shared_path
+from tests.shared_data import needs_shared, shared_path
 
 
 def _population_moments(prev, fpr, fnr):
@@ -81,7 +81,7 @@ def test_random_groups_on_real_data_are_refused():
 CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 
 
-@pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture not present")
+@needs_shared(CIFAR, "shared CIFAR-10N fixture")
 def test_cifar10n_grouped_by_third_annotator_agrees_with_dawid_skene():
     import polars as pl
 

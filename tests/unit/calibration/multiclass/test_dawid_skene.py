@@ -10,7 +10,7 @@ import pytest
 
 from noisycal_platform.calibration.channels import NotIdentifiableError, dawid_skene
 from noisycal_platform.calibration.multiclass import ConfusionFit, estimate_confusion, is_multiclass, known_confusion
-from tests.shared_data import shared_path
+from tests.shared_data import needs_shared, shared_path
 from tests.unit.calibration.multiclass._sim import draw_annotations, simulate
 
 CIFAR = shared_path("data", "cifar10n", "cifar10n_multiclass.csv")
@@ -152,7 +152,7 @@ def test_known_confusion_fits_only_the_prevalence():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not CIFAR.exists(), reason="shared CIFAR-10N fixture (../shared/data/cifar10n) not present")
+@needs_shared(CIFAR, "shared CIFAR-10N fixture")
 def test_cifar10n_matches_crowdkit_and_the_clean_label_confusions():
     pd = pytest.importorskip("pandas")
     d = pd.read_csv(CIFAR)

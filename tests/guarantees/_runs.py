@@ -1,0 +1,168 @@
+"""Simulation runners of the guarantee tier (and of benchmarks/bench_size_power.py, on other seeds).
+
+Each runner takes one data seed, simulates one data set with known truth, runs the SHIPPED estimator or check
+on it (public functions, unchanged) and returns a few numbers. The shipped functions take one data set per call
+(their bootstrap replicates are batched inside), so data sets are mapped over a process pool (`run_many`, two
+workers on the 2-core CI box) rather than batched into one array; the per-call cost is mostly the point fit of
+the channels, which no public batch function does across data sets.
+
+The simulation designs are those of the unit tests (their ``_sim`` / ``_replicate`` functions are reused):
+- binary: tests/unit/calibration/test_inference.py (s ~ Beta(2, 3); P(Y=1 | s) = s or min(s^0.8 + 0.03, 1);
+  three annotators, FPR (0.10, 0.05, 0.25), FNR (0.20, 0.10, 0.15)); channels estimated and refitted.
+- multi-class: tests/unit/calibration/multiclass/test_inference.py (5 classes, 3 annotators with asymmetric
+  confusion matrices, diagonals 0.7–0.9; the issue-12 setting); p_true or p ∝ p_true^1.5.
+- subgroups: tests/unit/calibration/test_subgroups.py (two sites of 600 items, 'bad' shifted by +0.12).
+- assumption checks: tests/unit/calibration/test_diagnostics.py (n = 5,000 calibrated, three annotators).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+from scipy.stats import binom
+
+from noisycal_platform.calibration import calibration_test
+from noisycal_platform.calibration.diagnostics import assumption_checks
+from noisycal_platform.calibration.multiclass import calibration_test_multiclass
+from tests.unit.calibration import test_diagnostics as diag_sim
+from tests.unit.calibration import test_inference as bin_sim
+from tests.unit.calibration import test_subgroups as sub_sim
+from tests.unit.calibration.multiclass import test_inference as mc_sim
+
+CHECK_ALPHA = 0.05
+BINARY_N_BOOT = 200
+MULTICLASS_N_BOOT = 100
+SUBGROUP_N_BOOT = 150
+DIAG_N_REPLICATES = 100
+
+
+def workers() -> int:
+    """Processes for `run_many`: ``NOISYCAL_GUARANTEE_WORKERS`` or 2 (never more than the CPUs)."""
+    return max(1, min(int(os.environ.get("NOISYCAL_GUARANTEE_WORKERS", "2")), os.cpu_count() or 1))
+
+
+def run_many(fn: Callable[[int], tuple[float, ...]], seeds: Sequence[int]) -> np.ndarray:
+    """``np.array([fn(s) for s in seeds])`` (rows in seed order), over a fork pool of `workers` processes."""
+    seeds = list(seeds)
+    n_proc = workers()
+    if n_proc == 1:
+        return np.array([fn(s) for s in seeds], dtype=float)
+    with ProcessPoolExecutor(n_proc, mp_context=multiprocessing.get_context("fork")) as pool:
+        return np.array(list(pool.map(fn, seeds, chunksize=max(1, len(seeds) // (8 * n_proc)))), dtype=float)
+
+
+# --- the binomial rules of the tier -------------------------------------------------------------------------------
+
+
+def coverage_threshold(n_rep: int, target: float, z: float = 1.0) -> int:
+    """Fewest covering runs that pass: ⌈R·(target − z·sqrt(target(1 − target)/R))⌉ (one binomial s.e. of slack)."""
+    return math.ceil(n_rep * (target - z * math.sqrt(target * (1 - target) / n_rep)) - 1e-9)
+
+
+def size_threshold(n_rep: int, target: float, z: float = 1.0) -> int:
+    """Most rejecting runs that pass: ⌊R·(target + z·sqrt(target(1 − target)/R))⌋."""
+    return math.floor(n_rep * (target + z * math.sqrt(target * (1 - target) / n_rep)) + 1e-9)
+
+
+def pass_probability_coverage(n_rep: int, threshold: int, coverage: float) -> float:
+    """P(Binom(R, coverage) ≥ threshold)."""
+    return float(binom.sf(threshold - 1, n_rep, coverage))
+
+
+def pass_probability_size(n_rep: int, threshold: int, size: float) -> float:
+    """P(Binom(R, size) ≤ threshold)."""
+    return float(binom.cdf(threshold, n_rep, size))
+
+
+# --- binary -------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def binary_truth() -> float:
+    return float(bin_sim._population_nc_ece())
+
+
+def binary_miscalibrated(seed: int) -> tuple[float, float, float]:
+    """n = 3,000, P(Y=1 | s) = min(s^0.8 + 0.03, 1), channels estimated: (ci_low, ci_high, rejected)."""
+    res = calibration_test(*bin_sim._sim(3000, seed, True), n_boot=BINARY_N_BOOT, seed=seed)
+    return res.ci_low, res.ci_high, float(res.rejected)
+
+
+def binary_calibrated(seed: int) -> tuple[float]:
+    """n = 3,000, calibrated, channels estimated: (p_value,)."""
+    res = calibration_test(*bin_sim._sim(3000, seed, False), n_boot=BINARY_N_BOOT, seed=seed)
+    return (res.p_value,)
+
+
+# --- multi-class --------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def multiclass_truth(kind: str) -> float:
+    return float(mc_sim._population(kind))
+
+
+def _multiclass(seed: int, n: int, miscalibrated: bool, known: bool) -> tuple[float, ...]:
+    p, a = mc_sim._sim(n, seed, miscalibrated)
+    out: list[float] = []
+    for kind in ("top_label", "classwise"):
+        res = calibration_test_multiclass(p, a, mc_sim.T if known else None, kind=kind,
+                                          n_boot=MULTICLASS_N_BOOT, seed=seed)
+        out += [res.ci_low, res.ci_high, res.p_value]
+    return tuple(out)
+
+
+def multiclass_miscalibrated_known(seed: int) -> tuple[float, ...]:
+    """n = 3,000, p ∝ p_true^1.5, the true confusion matrices held fixed: (lo, hi, p) top-label then classwise."""
+    return _multiclass(seed, 3000, True, True)
+
+
+def multiclass_miscalibrated_estimated(seed: int) -> tuple[float, ...]:
+    """As `multiclass_miscalibrated_known`, confusion matrices by Dawid–Skene refitted in every replicate."""
+    return _multiclass(seed, 3000, True, False)
+
+
+def multiclass_calibrated_known(seed: int) -> tuple[float, ...]:
+    """n = 1,500, calibrated, true confusion matrices fixed: (lo, hi, p) top-label then classwise."""
+    return _multiclass(seed, 1500, False, True)
+
+
+def multiclass_calibrated_estimated(seed: int) -> tuple[float, ...]:
+    """n = 1,500, calibrated, confusion matrices estimated and refitted."""
+    return _multiclass(seed, 1500, False, False)
+
+
+# --- subgroups, assumption checks ---------------------------------------------------------------------------------
+
+
+def subgroup_flags(seed: int) -> tuple[float, float]:
+    """Two sites of 600 items (binary), the whole version's channels, Holm over the two: (good, bad) flagged."""
+    flags = sub_sim._flags(seed, SUBGROUP_N_BOOT)
+    return float(flags["good"]), float(flags["bad"])
+
+
+def _checks(seed: int, violation: str | None) -> tuple[float, float]:
+    a, s = diag_sim._sim(5000, seed, violation)
+    res = assumption_checks(a, s, n_replicates=DIAG_N_REPLICATES, seed=seed)
+    return res.independence_p_value, res.invariance_p_value
+
+
+def checks_clean(seed: int) -> tuple[float, float]:
+    """n = 5,000, calibrated, independent score-invariant annotators: (independence p, invariance p)."""
+    return _checks(seed, None)
+
+
+def checks_copy(seed: int) -> tuple[float, float]:
+    """Annotator 1 copies annotator 0 on 30% of items (dependence)."""
+    return _checks(seed, "copy")
+
+
+def checks_score(seed: int) -> tuple[float, float]:
+    """Annotator 1's FPR rises from 0.05 to 0.30 with the score."""
+    return _checks(seed, "score")
