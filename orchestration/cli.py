@@ -280,7 +280,7 @@ def cmd_audit(args) -> int:
         return _audit_collect(args)
     from noisycal_platform.correctness import audit_workflow as aw
     from noisycal_platform.correctness.io import read_generations
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.spreadsheet import write_person_csv
 
     layout = HomeLayout.at(args.home)
     sample = aw.draw_audit_sample(read_generations(layout.generations), per_stratum=args.per_stratum, seed=args.seed)
@@ -289,7 +289,7 @@ def cmd_audit(args) -> int:
     if path.is_file() and path.read_text(encoding="utf-8") != text and not args.force:
         raise ValueError(f"{path} exists with a different sample (answers may refer to it); pass --force to replace")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, text)
+    write_person_csv(path, sample, text)
     n_groups = sample.select("dataset", "model").n_unique()
     print(f"audit sample: {sample.height} predictions ({n_groups} groups x 2 EM strata x {args.per_stratum}) -> {path}")
     print("annotators answer at /correctness in `noisycal serve-confirmations`,")

@@ -900,13 +900,14 @@ def cleaned_file_lists(images: pl.DataFrame, confirmed: pl.DataFrame, *, seed: i
 
 
 def write_cleaned_file_lists(folder: str | os.PathLike[str], dataset: str, lists: pl.DataFrame) -> dict[str, int]:
-    """``<folder>/<dataset>_<rule>.csv`` (one column ``file_name``) per rule, atomically; returns kept counts."""
-    from noisycal_platform.io import atomic_write_bytes
+    """``<folder>/<dataset>_<rule>.csv`` (one column ``file_name``, spreadsheet-safe) and its exact ``.parquet``
+    twin per rule, atomically; returns kept counts."""
+    from noisycal_platform.spreadsheet import write_person_csv
 
     kept = {}
     for rule in RULES:
         part = lists.filter(pl.col("rule") == rule).select("file_name")
-        atomic_write_bytes(Path(folder) / f"{dataset}_{rule}.csv", part.write_csv().encode())
+        write_person_csv(Path(folder) / f"{dataset}_{rule}.csv", part)
         kept[rule] = part.height
     return kept
 

@@ -9,7 +9,6 @@ labels, answer, raw output) and nothing else: no UE score, no criterion verdict,
 from __future__ import annotations
 
 import csv
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import polars as pl
 from noisycal_platform.correctness.criteria import exact_match
 from noisycal_platform.correctness.io import EM_STRATA, KEY_SCHEMA, CorrectnessInputError
 from noisycal_platform.paths import HomePath
+from noisycal_platform.spreadsheet import safe_csv_text, unsafe_cell
 
 __all__ = [
     "AUDIT_SAMPLE_COLUMNS",
@@ -107,13 +107,12 @@ def draw_audit_sample(generations: pl.DataFrame, *, per_stratum: int = 25, seed:
 
 
 def sample_csv_text(sample: pl.DataFrame) -> str:
-    """The sample as CSV text (UTF-8, header AUDIT_SAMPLE_COLUMNS)."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(AUDIT_SAMPLE_COLUMNS)
-    for r in sample.select(AUDIT_SAMPLE_COLUMNS).iter_rows():
-        w.writerow(["" if v is None else ("true" if v is True else "false" if v is False else v) for v in r])
-    return buf.getvalue()
+    """The sample as spreadsheet-safe CSV text (UTF-8, header AUDIT_SAMPLE_COLUMNS; ``spreadsheet.safe_cell``)."""
+    rows = (
+        [("true" if v is True else "false" if v is False else v) for v in r]
+        for r in sample.select(AUDIT_SAMPLE_COLUMNS).iter_rows()
+    )
+    return safe_csv_text(AUDIT_SAMPLE_COLUMNS, rows)
 
 
 def read_audit_sample(path: str | Path) -> pl.DataFrame:
@@ -126,6 +125,7 @@ def read_audit_sample(path: str | Path) -> pl.DataFrame:
         if missing:
             raise CorrectnessInputError(path, "header", missing[0], f"missing column (header {reader.fieldnames})")
         for n, r in enumerate(reader, start=1):
+            r = {k: unsafe_cell(v) if isinstance(v, str) else v for k, v in r.items()}
             try:
                 cands, refs = json.loads(r["candidate_labels"]), json.loads(r["reference_labels"])
             except json.JSONDecodeError as exc:

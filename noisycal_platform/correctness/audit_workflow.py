@@ -40,6 +40,7 @@ from noisycal_platform.correctness.audit_sample import (
 )
 from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError
 from noisycal_platform.metrics import bootstrap_counts
+from noisycal_platform.spreadsheet import safe_csv_text, unsafe_cell
 
 __all__ = [
     "AGREEMENT_SCHEMA",
@@ -148,7 +149,8 @@ def _read_label_csv(path: Path, need: Sequence[str]) -> list[tuple[int, dict]]:
         for col in need:
             if col not in (reader.fieldnames or []):
                 raise CorrectnessInputError(path, "header", col, f"missing column (header {reader.fieldnames})")
-        return list(enumerate(reader, start=1))
+        return [(n, {k: unsafe_cell(v) if isinstance(v, str) else v for k, v in r.items()})
+                for n, r in enumerate(reader, start=1)]
 
 
 def _label(path: Path, n: int, r: dict) -> tuple[bool, str | None]:
@@ -382,12 +384,8 @@ def consensus_csv_text(consensus: pl.DataFrame) -> str:
 def disagreements_csv_text(disagreements: pl.DataFrame) -> str:
     """The disagreements for adjudication; fill human_correct/error_category and drop the file into
     correctness/adjudication/."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(disagreements.columns)
-    for r in disagreements.iter_rows():
-        w.writerow(["" if v is None else ("1" if v is True else "0" if v is False else v) for v in r])
-    return buf.getvalue()
+    rows = ([("1" if v is True else "0" if v is False else v) for v in r] for r in disagreements.iter_rows())
+    return safe_csv_text(disagreements.columns, rows)
 
 
 def run_audit_agreement(
@@ -397,6 +395,7 @@ def run_audit_agreement(
     ``audit_agreement``; write exports/audit_disagreements.csv and correctness/audit/consensus.csv (each
     atomically, and only when its content changes). None when there is no audit sample yet."""
     from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.spreadsheet import write_person_csv
 
     paths = AuditPaths(Path(home))
     if not paths.sample.is_file():
@@ -414,5 +413,8 @@ def run_audit_agreement(
             continue
         if not path.is_file() or path.read_text(encoding="utf-8") != text:
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
+            if path == paths.disagreements:
+                write_person_csv(path, res.disagreements, text)  # a person opens it: the .parquet twin too
+            else:
+                atomic_write_text(path, text)
     return res
