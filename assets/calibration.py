@@ -13,6 +13,7 @@ from assets.policy import CALIBRATION
 from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.calibration import NotIdentifiableError
 from noisycal_platform.calibration import pipeline as cal
+from noisycal_platform.calibration.recalibration_tables import RECALIBRATION_REPORT_SCHEMA, RECALIBRATORS_SCHEMA
 from noisycal_platform.io import atomic_write_text
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
@@ -23,6 +24,8 @@ RECALIBRATORS = CALIBRATION.key("recalibrators")
 RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 # what every calibration asset reads from the raw stage: the annotations, and the predictions of its version
 SCORED_INS = {"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)}
+#: calibration/channel_estimates: the channel table and the two assumption checks repeated on every row
+CHANNEL_ESTIMATES_SCHEMA = {**cal.CHANNEL_TABLE_SCHEMA, **cal.ASSUMPTION_COLUMNS}
 
 
 #: pipeline keyword → SettingsResource field, where the two names differ
@@ -43,6 +46,7 @@ def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
+    schema=CHANNEL_ESTIMATES_SCHEMA,
     description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
     "diagnostics for the items this model version scored (seed 000 §4).",
 )
@@ -94,6 +98,7 @@ def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
+    schema=cal.NC_ECE_REPORT_SCHEMA,
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
     "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
     "(seed 000 §3, §C, §6).",
@@ -123,6 +128,7 @@ def nc_ece_report(
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
+    schema=RECALIBRATORS_SCHEMA,
     description="Corrected-loss Platt/temperature (inside the compact parameter box) and projected-histogram "
     "recalibrators, plus the naive baselines, fitted with channels from the fit part of the split; parameters as "
     "JSON (exports/recalibrators/<version>/), never pickles (§5, §E.2, §E.5).",
@@ -153,6 +159,7 @@ def recalibrators(
 
 @CALIBRATION.asset(
     ins={**SCORED_INS, "reference_labels": dg.AssetIn(REFERENCE_LABELS)},
+    schema=RECALIBRATION_REPORT_SCHEMA,
     description="Recalibrators scored on held-out items with channels not fitted on them (regime column): "
     "NC-ECE, naive ECE and, where clean reference labels exist, ECE, log loss and Brier score (§E.4).",
 )

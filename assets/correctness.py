@@ -11,6 +11,7 @@ import polars as pl
 from assets.policy import CORRECTNESS
 from assets.raw import AUDIT_LABELS, GENERATIONS
 from noisycal_platform.correctness import pipeline as cp
+from noisycal_platform.correctness.sensitivity import SENSITIVITY_SCHEMA
 from resources.inbox import InboxResource
 from resources.judge import JudgeResource
 from resources.settings import SettingsResource
@@ -24,6 +25,7 @@ CRITERION_DECISIONS, UE_SCORES, CRITERION_AUDIT, UE_SENSITIVITY, FALSE_ACCEPTANC
 
 @CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
+    schema=cp.DECISIONS_SCHEMA,
     description="Accept/reject, invalid flag and reason per prediction and criterion: exact match, ROUGE-L "
     "(0.20/0.30/0.40), BEM (local model), embedding similarity, NLI, LLM judge; unconfigured criteria appear "
     "as skipped.",
@@ -48,6 +50,7 @@ def criterion_decisions(
 
 @CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
+    schema=cp.UE_SCORES_SCHEMA,
     description="Uncertainty scores per prediction (higher = more uncertain): Self-Certainty, LogTokU, "
     "Answer Entropy, Semantic Entropy (discrete and likelihood-weighted).",
 )
@@ -62,6 +65,7 @@ def ue_scores(generations: pl.DataFrame, settings: SettingsResource) -> dg.Outpu
         "ue_scores": dg.AssetIn(UE_SCORES),
         "audit_labels": dg.AssetIn(AUDIT_LABELS),
     },
+    schema=cp.AUDIT_RESULT_SCHEMA,
     description="Per criterion: H_f (balanced accuracy vs humans), D_f and F_f = 1 − D_f (AUROC distortion of "
     "UE methods), directional errors, paired stratified bootstrap CIs; Bonferroni over the configured "
     "comparison pairs (default: the seed's BEM vs EM and judge vs EM).",
@@ -90,6 +94,7 @@ def criterion_audit(
 
 @CORRECTNESS.asset(
     ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "ue_scores": dg.AssetIn(UE_SCORES)},
+    schema=SENSITIVITY_SCHEMA,
     description="AUROC per dataset × UE method × criterion on the full prediction set (models equally "
     "weighted), the spread across criteria and the UE-method ranking reversals.",
 )
@@ -106,6 +111,7 @@ def ue_sensitivity(criterion_decisions: pl.DataFrame, ue_scores: pl.DataFrame) -
 
 @CORRECTNESS.asset(
     ins={"criterion_decisions": dg.AssetIn(CRITERION_DECISIONS), "audit_labels": dg.AssetIn(AUDIT_LABELS)},
+    schema=cp.FALSE_ACCEPTANCE_SCHEMA,
     description="False-acceptance rate per criterion and human error category (equal-weight mean over the "
     "dataset–model groups that contain the category).",
 )
@@ -115,6 +121,7 @@ def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFra
 
 @CORRECTNESS.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
+    schema=cp.AUDIT_AGREEMENT_SCHEMA,
     description="The two annotators of the audit sample (exports/audit_sample.csv): Cohen's κ and raw agreement "
     "per group with bootstrap CIs; disagreements exported for the joint decision "
     "(exports/audit_disagreements.csv); agreements plus joint decisions written as correctness/audit/"

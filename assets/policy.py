@@ -128,8 +128,9 @@ class Stage:
         """Keyword arguments for ``dg.asset``: the stage's shared ones, then ``overrides``.
 
         ``kinds`` are added to the stage's kinds (``{"html"}`` for a report), never replace them. ``schema``
-        (polars) is declared as the asset's column schema; the warehouse loads a table that does not exist
-        yet as an empty frame with these columns.
+        (polars) is declared as the asset's column schema (needs ``name``), each column described from
+        :mod:`noisycal_platform.column_docs`; the warehouse loads a table that does not exist yet as an empty
+        frame with these columns.
         """
         opts: dict[str, Any] = {
             "group_name": self.name,
@@ -147,15 +148,24 @@ class Stage:
             opts["metadata"] = {"partition_expr": self.partition_column}
         metadata = dict(overrides.pop("metadata", None) or {})
         if schema is not None:
-            metadata[COLUMN_SCHEMA] = self.column_schema(schema)
+            if "name" not in overrides:
+                raise TypeError("a column schema needs the asset's name (Stage.asset passes the function's name)")
+            metadata[COLUMN_SCHEMA] = self.column_schema(overrides["name"], schema)
         if metadata:
             opts["metadata"] = {**opts.get("metadata", {}), **metadata}
         opts.update(overrides)
         return opts
 
     def asset(self, **overrides: Any) -> Callable:
-        """``dg.asset`` with this stage's prefix and shared options; pass only what differs."""
-        return dg.asset(key_prefix=self.name, **self.options(**overrides))
+        """``dg.asset`` with this stage's prefix and shared options; pass only what differs. The asset's name
+        is ``name`` when given, else the decorated function's (as ``dg.asset`` names it)."""
+        if "name" in overrides:
+            return dg.asset(key_prefix=self.name, **self.options(**overrides))
+
+        def decorate(fn: Callable) -> dg.AssetsDefinition:
+            return dg.asset(key_prefix=self.name, **self.options(name=fn.__name__, **overrides))(fn)
+
+        return decorate
 
     def multi_asset(
         self,
@@ -174,17 +184,18 @@ class Stage:
         metadata = opts.pop("metadata", {})
 
         def out(name: str, schema: Mapping[str, pl.DataType] | None) -> dg.AssetOut:
-            md = metadata if schema is None else {**metadata, COLUMN_SCHEMA: self.column_schema(schema)}
+            md = metadata if schema is None else {**metadata, COLUMN_SCHEMA: self.column_schema(name, schema)}
             text = (descriptions or {}).get(name)
             return dg.AssetOut(key_prefix=self.name, metadata=md, description=text, is_required=required, **shared)
 
         return dg.multi_asset(outs={name: out(name, schema) for name, schema in outs.items()}, **opts)
 
-    def column_schema(self, schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
-        """The stored table's columns: the partition column first (when the frame lacks it), then ``schema``."""
+    def column_schema(self, name: str, schema: Mapping[str, pl.DataType]) -> dg.TableSchema:
+        """The stored columns of table ``<stage>/<name>``: the partition column first (when the frame lacks it),
+        then ``schema``; each with its description (`noisycal_platform.column_docs`)."""
         if self.partition_column is not None and self.partition_column not in schema:
             schema = {self.partition_column: pl.String(), **schema}
-        return table_schema(schema)
+        return table_schema(schema, self.key(name))
 
 
 RAW = Stage("raw", automation_condition=False)

@@ -11,10 +11,12 @@ import polars as pl
 
 from assets._shell import failing_on
 from assets.policy import BY_DATASET, BY_MODEL_VERSION, EAGER, MODEL_VERSION_COLUMN, RAW
+from noisycal_platform.cleaning.images import FRAME_SCHEMA as IMAGE_FILE_SCHEMA
+from noisycal_platform.cleaning.protocol import ANSWER_SCHEMA
 from noisycal_platform.correctness import pipeline as correctness_pipeline
-from noisycal_platform.correctness.io import CorrectnessInputError
-from noisycal_platform.ingest import IngestError
-from noisycal_platform.io import InputError, read_model_version, read_reference_label_records
+from noisycal_platform.correctness.io import AUDIT_SCHEMA, GENERATIONS_SCHEMA, CorrectnessInputError
+from noisycal_platform.ingest import ANNOTATION_SCHEMA, IngestError
+from noisycal_platform.io import SUBGROUP_TYPE, InputError, read_model_version, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -24,6 +26,28 @@ ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, CONFIRMATIONS, GENERATIONS, AUDIT_LA
     for n in ("annotations", "predictions", "reference_labels", "confirmations", "generations", "audit_labels",
               "images")
 )
+
+#: raw/predictions (`read_model_version`, then the version and its registration time): one row per scored item
+PREDICTIONS_SCHEMA = {
+    "item_id": pl.String,
+    "score": pl.Float64,
+    "n_classes": pl.Int64,
+    "classes": pl.List(pl.String),
+    "probabilities": pl.List(pl.Float64),
+    "subgroups": SUBGROUP_TYPE,
+    MODEL_VERSION_COLUMN: pl.String,
+    "registered_at": pl.Datetime("us", "UTC"),
+}
+#: raw/reference_labels (`read_reference_label_records`)
+REFERENCE_LABELS_SCHEMA = {"item_id": pl.String, "label": pl.Int8}
+#: raw/images (`ImageDataset.table`): the item index, the file's columns, then the dataset's name, hash and root
+IMAGES_SCHEMA = {
+    "idx": pl.Int64,
+    **IMAGE_FILE_SCHEMA,
+    "dataset": pl.String,
+    "dataset_hash": pl.String,
+    "root": pl.String,
+}
 
 
 def _md_list(items: list[dict], keys: tuple[str, ...]) -> str:
@@ -44,6 +68,7 @@ def _rejected_metadata(context: dg.AssetExecutionContext, rejected: list[dict], 
 
 
 @RAW.asset(
+    schema=ANNOTATION_SCHEMA,
     description="Every accepted annotation (item_id, annotator_id, label 0/1) from inbox/annotations batches; "
     "each bad row is quarantined with file, row, column and reason while the good rows of its batch land.",
 )
@@ -70,6 +95,7 @@ def annotations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 
 @RAW.asset(
     **BY_MODEL_VERSION,
+    schema=PREDICTIONS_SCHEMA,
     description="Scores of one model version (models/<version>/predictions.csv|parquet: a score, or one p_<class> "
     "column per class), validated, with each item's subgroups from items.csv (the version's folder or the home).",
 )
@@ -99,13 +125,14 @@ def predictions(
 
 
 @RAW.asset(
+    schema=REFERENCE_LABELS_SCHEMA,
     description="Optional clean reference labels (references/labels.csv) used only to score recalibration; "
     "each bad row is quarantined (file, row, column, reason), the others land.",
 )
 def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
     path = inbox.layout.references
     if not path.is_file() and not path.is_symlink():
-        frame = pl.DataFrame(schema={"item_id": pl.String, "label": pl.Int8})
+        frame = pl.DataFrame(schema=REFERENCE_LABELS_SCHEMA)
         return dg.Output(frame, metadata={"rows": 0, "note": f"no reference labels at {path}"})
     with failing_on(InputError, file=path, safe=True):
         frame, problems = read_reference_label_records(path)
@@ -122,6 +149,7 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
 
 
 @RAW.asset(
+    schema=ANSWER_SCHEMA,
     description="Every answer from the confirmation tool (inbox/confirmations/*.jsonl), once per answer_id; "
     "undo records kept (they cancel, never erase).",
 )
@@ -142,6 +170,7 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
 
 @RAW.asset(
     **BY_DATASET,
+    schema=IMAGES_SCHEMA,
     description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
     "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
 )
@@ -177,6 +206,7 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
 
 
 @RAW.asset(
+    schema=GENERATIONS_SCHEMA,
     description="Model generations (correctness/generations/*.jsonl), validated; malformed model output is "
     "kept and counted as invalid, never dropped.",
 )
@@ -199,6 +229,7 @@ def generations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.O
 @RAW.asset(
     ins={"generations": dg.AssetIn(GENERATIONS)},
     automation_condition=EAGER,
+    schema=AUDIT_SCHEMA,
     description="Human audit labels (correctness/audit/*.csv): human_correct, error category, EM stratum, "
     "independent or joint decision; each row matched to exactly one generation.",
 )

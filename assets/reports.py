@@ -186,6 +186,7 @@ def _version_page(tables: dict[str, pl.DataFrame], version: str, settings: Setti
 
 @REPORTS.asset(
     ins=CALIBRATION_INPUTS,
+    schema=REPORT_SCHEMA,
     description="HTML calibration report per model version: reliability diagrams, channel table, NC-ECE vs "
     "naive ECE, recalibration results (reports/calibration/<version>.html), and an overview with the verdict "
     "per version and the versions that could not be built, with the reason (reports/calibration.html).",
@@ -236,6 +237,7 @@ CLEANING_INPUTS = {"images": dg.AssetIn(IMAGES), **{n: dg.AssetIn(CLEANING.key(n
 
 @REPORTS.asset(
     ins=CLEANING_INPUTS,
+    schema=REPORT_SCHEMA,
     description="HTML cleaning report (reports/cleaning.html): review progress, issue table per dataset and "
     "rule (seed 001 Table 1), agreement with CIs, ranking quality (and vs known truth), speed-up, impact on "
     "model metrics, stopping-rule sensitivity, expert vs lay, top candidates as thumbnails. Before any answer "
@@ -260,6 +262,7 @@ CORRECTNESS_INPUTS = {
 
 @REPORTS.asset(
     ins=CORRECTNESS_INPUTS,
+    schema=REPORT_SCHEMA,
     description="HTML correctness report (reports/correctness.html): H_f vs F_f per task, the AUROC table with "
     "reversals highlighted, false acceptance by error category.",
 )

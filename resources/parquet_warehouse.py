@@ -262,7 +262,8 @@ class ParquetWarehouseIOManager(WarehouseIOManager):
                 write_partition(self.root, schema, table, key, obj.filter(pl.col(column) == key))
         self._ensure_view(schema, table)
         context.add_output_metadata(
-            {"row_count": obj.height, "dataframe_columns": dg.MetadataValue.table_schema(table_schema(obj.schema))}
+            {"row_count": obj.height, "dataframe_columns": dg.MetadataValue.table_schema(
+                table_schema(obj.schema, context.asset_key))}
         )
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:

@@ -25,6 +25,8 @@ import duckdb
 import polars as pl
 from dagster_duckdb import DuckDBResource
 
+from noisycal_platform.column_docs import describe
+
 __all__ = [
     "COLUMN_SCHEMA",
     "WarehouseIOManager",
@@ -39,18 +41,47 @@ __all__ = [
 COLUMN_SCHEMA = "dagster/column_schema"
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _WRAPPED = re.compile(r"^(List|Array)\((.+)\)$")
+_STRUCT = re.compile(r"^Struct\(\{(.*)\}\)$")
 _DATETIME = re.compile(r"^Datetime\(time_unit='(ns|us|ms)', time_zone=(None|'[^']*')\)$")
 
 
-def table_schema(schema: Mapping[str, pl.DataType | type[pl.DataType]]) -> dg.TableSchema:
-    """A polars schema as Dagster's ``TableSchema`` (column types spelled as polars prints them)."""
-    return dg.TableSchema(columns=[dg.TableColumn(name=n, type=str(t)) for n, t in schema.items()])
+def table_schema(
+    schema: Mapping[str, pl.DataType | type[pl.DataType]], key: dg.AssetKey | str | None = None
+) -> dg.TableSchema:
+    """A polars schema as Dagster's ``TableSchema`` (column types spelled as polars prints them). With the
+    table's ``key`` (``<stage>/<name>``) each column carries its description from
+    :mod:`noisycal_platform.column_docs` (empty where the glossary has none; ``tests/test_column_docs.py``
+    requires one for every declared column)."""
+    table = key.to_user_string() if isinstance(key, dg.AssetKey) else key
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name=n, type=str(t), description=(describe(table, n) or None) if table else None)
+        for n, t in schema.items()
+    ])
+
+
+def _fields(body: str) -> list[str]:
+    """Split ``'a': String, 'b': List(Int64)`` at the commas outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += 1 if ch in "({[" else -1 if ch in ")}]" else 0
+        if ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    parts.append(body[start:])
+    return [p.strip() for p in parts if p.strip()]
 
 
 def _dtype(name: str) -> pl.DataType:
     wrapped = _WRAPPED.match(name)
     if wrapped and wrapped.group(1) == "List":
         return pl.List(_dtype(wrapped.group(2)))
+    struct = _STRUCT.match(name)
+    if struct:
+        fields = {}
+        for field in _fields(struct.group(1)):
+            label, _, inner = field.partition(":")
+            fields[label.strip().strip("'")] = _dtype(inner.strip())
+        return pl.Struct(fields)
     stamp = _DATETIME.match(name)
     if stamp:
         zone = None if stamp.group(2) == "None" else stamp.group(2).strip("'")
@@ -173,7 +204,8 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
                 con.execute("ROLLBACK")
                 raise
         context.add_output_metadata(
-            {"row_count": obj.height, "dataframe_columns": dg.MetadataValue.table_schema(table_schema(obj.schema))}
+            {"row_count": obj.height, "dataframe_columns": dg.MetadataValue.table_schema(
+                table_schema(obj.schema, context.asset_key))}
         )
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:

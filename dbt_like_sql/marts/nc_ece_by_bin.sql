@@ -5,6 +5,12 @@
 -- description: over the annotators present; items with no annotation or zero total weight are excluded (seed 000 §3).
 -- description: Like the library, it aggregates per (bin, answer pattern) first and applies the channels to the few
 -- description: distinct patterns, so its cost is one aggregation of staging.stg_scored_items over small integers.
+-- column: model_version String
+-- column: bin Int64
+-- column: n Int64
+-- column: mean_score Float64
+-- column: mean_corrected_label Float64
+-- column: residual Float64
 WITH latest AS (
     SELECT model_version FROM staging.stg_model_versions WHERE is_latest
 ),

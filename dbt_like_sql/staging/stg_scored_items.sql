@@ -6,6 +6,12 @@
 -- description: mart then aggregates small integer keys only. Items nobody annotated are absent (NC-ECE excludes
 -- description: them). Supports at most 62 annotators; B must match the calibration settings (n_bins, default 15).
 -- param: n_bins = 15
+-- column: model_version String
+-- column: item_id String
+-- column: score Float64
+-- column: bin UInt16
+-- column: mask Int64
+-- column: ones Int64
 WITH item_bits AS (
     SELECT
         a.item_id,
