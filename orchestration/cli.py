@@ -87,6 +87,7 @@ def cmd_tick(args) -> int:
         print(f"tick: {report.note}")
         return 0
     print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
+    _one_process_note(args.home, "tick")
     for name, keys in report.partitions_added.items():
         print(f"  new {name} partition(s): {', '.join(keys)}")
     return 1 if _print_runs(report) else 0
@@ -100,7 +101,25 @@ def cmd_materialize(args) -> int:
     report = _with_progress(lambda: materialize_everything(args.home, select=select))
     where = " through the daemon's run queue" if report.queued else ""
     print(f"materialize: {report.n_runs} run(s){where}")
+    for stage, why in report.no_inputs.items():
+        print(f"  no inputs for {stage}: {why}; its assets were skipped")
+    if not report.queued:
+        _one_process_note(args.home, "materialize")
     return 1 if _print_runs(report) else 0
+
+
+def _one_process_note(home: Path, command: str) -> None:
+    """Say so when settings.json names a cluster executor that this in-process command does not use."""
+    from resources.settings import load_settings
+
+    executor = load_settings(home).executor
+    if executor == "in_process":
+        return
+    print(
+        f"note: settings.json names the {executor!r} executor, but `noisycal {command}` runs every step in this "
+        f"one process. To run steps on the {executor} executor, start the service (`noisycal serve`): its daemon "
+        f"launches every run on it, and `noisycal materialize` then submits its runs to the service's run queue."
+    )
 
 
 def cmd_demo(args) -> int:
