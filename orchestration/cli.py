@@ -5,6 +5,7 @@
     noisycal materialize [--select KEYS]    materialise every (or the selected) asset for every known partition
     noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
     noisycal serve [--port 3000]            the service: dagster-webserver + dagster-daemon, stopped by SIGTERM
+    noisycal retention [--dry-run]          bounded storage: old runs, event logs, ticks, unused cache (pinned kept)
     noisycal validate KIND FILE             check one input file against its contract
     noisycal datasets add NAME PATH | list  register an image dataset by path (no copy)
     noisycal annotators add NAME --role R | revoke NAME | list
@@ -120,6 +121,16 @@ def _one_process_note(home: Path, command: str) -> None:
         f"one process. To run steps on the {executor} executor, start the service (`noisycal serve`): its daemon "
         f"launches every run on it, and `noisycal materialize` then submits its runs to the service's run queue."
     )
+
+
+def cmd_retention(args) -> int:
+    _quiet_dagster()
+    from orchestration.retention import run_retention
+
+    report = run_retention(args.home, dry_run=args.dry_run)
+    for line in report.lines():
+        print(line)
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -416,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--select", default=None, help='only these assets, comma-separated keys ("raw/annotations,...")')
     p.set_defaults(func=cmd_materialize)
+    p = sub.add_parser("retention", help="delete run history, event logs and ticks older than retention_days "
+                       "(pinned runs kept), unused embedding-cache entries and stale temporary files")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    p.set_defaults(func=cmd_retention)
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)

@@ -48,7 +48,7 @@ def test_only_calibration_inputs(tmp_path, capsys):
                    for k in ran)
 
 
-@pytest.mark.slow  # trains the demo encoder (~1-2 min on 2 cores)
+@pytest.mark.slow  # trains the demo encoder (~4 min on the shared 2 cores)
 def test_only_a_dataset(tmp_path, capsys):
     from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 
@@ -77,6 +77,7 @@ def test_only_generations(tmp_path, capsys):
     assert not any(k.startswith(("cleaning/", "calibration/")) for k in ran)
 
 
+@pytest.mark.slow  # ~10-20 s
 def test_an_empty_home_materializes_nothing_that_fails(tmp_path, capsys):
     rc, out = _materialize(tmp_path / "home", capsys)
     assert rc == 0, out
