@@ -5,6 +5,7 @@
     noisycal materialize [--select KEYS]    materialise every (or the selected) asset for every known partition
     noisycal ui [--port 3000]               dagster dev on 127.0.0.1 (UI + daemon) for this home
     noisycal serve [--port 3000]            the service: dagster-webserver + dagster-daemon, stopped by SIGTERM
+    noisycal retention [--dry-run]          bounded storage: old runs, event logs, ticks, unused cache (pinned kept)
     noisycal validate KIND FILE             check one input file against its contract
     noisycal datasets add NAME PATH | list  register an image dataset by path (no copy)
     noisycal annotators add NAME --role R | revoke NAME | list
@@ -87,6 +88,7 @@ def cmd_tick(args) -> int:
         print(f"tick: {report.note}")
         return 0
     print(f"tick: {report.n_runs} run(s) in {report.rounds} round(s)")
+    _one_process_note(args.home, "tick")
     for name, keys in report.partitions_added.items():
         print(f"  new {name} partition(s): {', '.join(keys)}")
     return 1 if _print_runs(report) else 0
@@ -100,7 +102,35 @@ def cmd_materialize(args) -> int:
     report = _with_progress(lambda: materialize_everything(args.home, select=select))
     where = " through the daemon's run queue" if report.queued else ""
     print(f"materialize: {report.n_runs} run(s){where}")
+    for stage, why in report.no_inputs.items():
+        print(f"  no inputs for {stage}: {why}; its assets were skipped")
+    if not report.queued:
+        _one_process_note(args.home, "materialize")
     return 1 if _print_runs(report) else 0
+
+
+def _one_process_note(home: Path, command: str) -> None:
+    """Say so when settings.json names a cluster executor that this in-process command does not use."""
+    from resources.settings import load_settings
+
+    executor = load_settings(home).executor
+    if executor == "in_process":
+        return
+    print(
+        f"note: settings.json names the {executor!r} executor, but `noisycal {command}` runs every step in this "
+        f"one process. To run steps on the {executor} executor, start the service (`noisycal serve`): its daemon "
+        f"launches every run on it, and `noisycal materialize` then submits its runs to the service's run queue."
+    )
+
+
+def cmd_retention(args) -> int:
+    _quiet_dagster()
+    from orchestration.retention import run_retention
+
+    report = run_retention(args.home, dry_run=args.dry_run)
+    for line in report.lines():
+        print(line)
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -397,6 +427,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--select", default=None, help='only these assets, comma-separated keys ("raw/annotations,...")')
     p.set_defaults(func=cmd_materialize)
+    p = sub.add_parser("retention", help="delete run history, event logs and ticks older than retention_days "
+                       "(pinned runs kept), unused embedding-cache entries and stale temporary files")
+    p.add_argument("--dry-run", action="store_true", help="only say what would be deleted")
+    p.set_defaults(func=cmd_retention)
     p = sub.add_parser("ui", help="Dagster UI + daemon on 127.0.0.1")
     p.add_argument("--port", type=int, default=3000)
     p.set_defaults(func=cmd_ui)

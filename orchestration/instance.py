@@ -5,7 +5,9 @@
   dagster.yaml reference (docs.dagster.io/guides/deploy/dagster-yaml): ``telemetry``, ``nux`` (the UI's
   first-visit community sign-up dialog), ``concurrency`` (pools and the run queue), ``run_monitoring``
   (docs.dagster.io/deployment/execution/run-monitoring), ``run_retries``
-  (docs.dagster.io/deployment/execution/run-retries) and ``retention``.
+  (docs.dagster.io/deployment/execution/run-retries), ``retention`` (the daemon's purge of sensor ticks, after
+  the settings' ``retention_days``) and, with ``"instance_storage": "postgres"`` in settings.json, ``storage``
+  (dagster-postgres: runs, event logs and schedules in one PostgreSQL database that several hosts share).
 - ``recover``: runs of the in-process runner carry their process id and host as run tags; a run still
   STARTED whose process is gone (SIGKILL, OOM) is marked failed through ``DagsterInstance.report_run_failed``,
   and the pool slots held by finished runs are released with the event-log storage's
@@ -33,6 +35,7 @@ from assets.service_checks import root_message
 from noisycal_platform.io import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
+from resources.settings import SettingsResource, load_settings
 
 _RS = dg.DagsterRunStatus
 #: Dagster's own split of run statuses (finished: nothing will change them), spelled with the public enum.
@@ -46,12 +49,14 @@ __all__ = [
     "HomeBusy",
     "daemon_running",
     "dagster_home",
+    "dagster_yaml",
     "home_lock",
     "instance_for",
     "latest_failures",
     "process_tags",
     "recent_recoveries",
     "recover",
+    "storage_block",
     "wait_for_pools",
     "write_dagster_yaml",
 ]
@@ -68,7 +73,7 @@ DEFAULT_LOCK_TIMEOUT_SECONDS = 600.0
 MAX_CONCURRENT_RUNS = 4
 DEQUEUE_INTERVAL_SECONDS = 1
 
-DAGSTER_YAML = f"""\
+_DAGSTER_YAML_TEMPLATE = f"""\
 # Written by noisycal (orchestration/instance.py) for every entry point; edits here are overwritten.
 # Offline clinic: no telemetry, no first-visit community dialog (it links to external sites).
 telemetry:
@@ -111,33 +116,81 @@ run_retries:
   retry_on_asset_or_op_failure: false
 retention:
   schedule:
-    purge_after_days: 30
+    purge_after_days: {{tick_days}}
   sensor:
     purge_after_days:
       skipped: 7
-      failure: 30
-      success: 30
+      failure: {{tick_days}}
+      success: {{tick_days}}
   auto_materialize:
     purge_after_days:
       skipped: 7
-      failure: 30
-      success: 30
+      failure: {{tick_days}}
+      success: {{tick_days}}
 """
 
 
-def write_dagster_yaml(path: str | Path) -> Path:
-    """Create ``path`` (a ``DAGSTER_HOME``) and write the platform's ``dagster.yaml`` into it if it differs."""
+def _yaml_string(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a YAML double-quoted scalar
+
+
+#: SQLAlchemy 2.1 reads a bare ``postgresql://`` as the psycopg 3 driver; dagster-postgres is built on psycopg2
+PG_SCHEME = "postgresql+psycopg2"
+
+
+def _psycopg2_url(url: str) -> str:
+    for bare in ("postgresql://", "postgres://"):
+        if url.startswith(bare):
+            return PG_SCHEME + "://" + url.removeprefix(bare)
+    return url
+
+
+def storage_block(settings: SettingsResource) -> str:
+    """The ``storage`` block of ``dagster.yaml`` for the settings' ``instance_storage`` ('' = Dagster's SQLite
+    default under ``$DAGSTER_HOME``). The password, if any, stays in the environment variable the settings name."""
+    if settings.instance_storage == "sqlite":
+        return ""
+    lines = ["# instance storage: PostgreSQL (settings.json instance_storage), shared by every host", "storage:",
+             "  postgres:"]
+    if settings.postgres_url:
+        lines.append(f"    postgres_url: {_yaml_string(_psycopg2_url(settings.postgres_url))}")
+    else:
+        lines += ["    postgres_db:", f"      username: {_yaml_string(settings.postgres_user)}",
+                  f"      hostname: {_yaml_string(settings.postgres_host)}",
+                  f"      db_name: {_yaml_string(settings.postgres_db)}", f"      port: {settings.postgres_port}",
+                  f"      scheme: {_yaml_string(PG_SCHEME)}"]
+        if settings.postgres_password_env:
+            lines.append(f"      password: {{env: {_yaml_string(settings.postgres_password_env)}}}")
+    return "\n".join(lines) + "\n"
+
+
+def dagster_yaml(settings: SettingsResource | None = None) -> str:
+    """The platform's ``dagster.yaml`` text for ``settings`` (the defaults: :data:`DAGSTER_YAML`)."""
+    settings = settings or SettingsResource()
+    tick_days = f"{settings.retention_days:g}"
+    return _DAGSTER_YAML_TEMPLATE.replace("{tick_days}", tick_days) + storage_block(settings)
+
+
+#: ``dagster.yaml`` of a home with default settings (SQLite storage, 90 days of ticks)
+DAGSTER_YAML = dagster_yaml()
+
+
+def write_dagster_yaml(path: str | Path, settings: SettingsResource | None = None) -> Path:
+    """Create ``path`` (a ``DAGSTER_HOME``) and write the platform's ``dagster.yaml`` for ``settings`` into it if
+    it differs."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = path / "dagster.yaml"
-    if not cfg.is_file() or cfg.read_text(encoding="utf-8") != DAGSTER_YAML:
-        atomic_write_text(cfg, DAGSTER_YAML)
+    text = dagster_yaml(settings)
+    if not cfg.is_file() or cfg.read_text(encoding="utf-8") != text:
+        atomic_write_text(cfg, text)
     return path
 
 
 def dagster_home(home: str | Path) -> Path:
-    """``$NOISYCAL_HOME/dagster``, created, with the platform's ``dagster.yaml``."""
-    return write_dagster_yaml(HomeLayout.at(home).home / "dagster")
+    """``$NOISYCAL_HOME/dagster``, created, with the platform's ``dagster.yaml`` for the home's settings.json."""
+    layout = HomeLayout.at(home)
+    return write_dagster_yaml(layout.home / "dagster", load_settings(layout.home))
 
 
 def instance_for(home: str | Path) -> dg.DagsterInstance:

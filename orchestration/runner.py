@@ -16,6 +16,7 @@ import dagster as dg
 
 from assets.service_checks import CHECK_NAME, report_run_failure, root_message
 from noisycal_platform.io import atomic_write_text
+from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
     DEFAULT_LOCK_TIMEOUT_SECONDS,
@@ -29,10 +30,53 @@ from orchestration.instance import (
 )
 from orchestration.queue import submit, wait
 
-__all__ = ["TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
+__all__ = ["STAGES", "Stage", "TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
 
 _T = dg.DagsterEventType
 _QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A stage of the platform, its root input asset, and where its inputs are looked for."""
+
+    name: str
+    root: dg.AssetKey
+    inputs: str  # said when there are none
+
+    def has_inputs(self, layout: HomeLayout) -> bool:
+        if self.name == "calibration":
+            return bool(layout.model_versions())
+        if self.name == "cleaning":
+            return bool(layout.registered_datasets())
+        return layout.generations.is_dir() and any(layout.generations.glob("*.jsonl"))
+
+
+#: Every stage is optional: `materialize` skips the root asset of a stage without inputs and everything downstream
+#: of it (its reports included), and says so. Raw inputs shared by no stage's root (annotations, confirmations,
+#: reference labels) are always read: they are empty, not missing, until files arrive.
+STAGES = (
+    Stage("calibration", dg.AssetKey(["raw", "predictions"]), "no model version (models/<version>/predictions.*)"),
+    Stage("cleaning", dg.AssetKey(["raw", "images"]), "no image dataset (datasets/<name>/ or `noisycal datasets add`)"),
+    Stage("correctness", dg.AssetKey(["raw", "generations"]), "no generations (correctness/generations/*.jsonl)"),
+)
+
+
+def _stages_without_inputs(home: str | Path, graph) -> dict[str, tuple[str, set[dg.AssetKey]]]:
+    """{stage: (what is missing, the asset keys skipped)} for the stages of ``home`` that have no inputs."""
+    layout = HomeLayout.at(home)
+    missing: dict[str, tuple[str, set[dg.AssetKey]]] = {}
+    for stage in STAGES:
+        if stage.root not in graph.materializable_asset_keys or stage.has_inputs(layout):
+            continue
+        skipped, todo = set(), [stage.root]
+        while todo:
+            key = todo.pop()
+            if key not in skipped:
+                skipped.add(key)
+                todo.extend(graph.get(key).child_keys)
+        missing[stage.name] = (stage.inputs, skipped)
+    return missing
 
 
 @dataclass
@@ -49,6 +93,8 @@ class TickReport:
     queued: bool = False
     #: said instead of running anything (tick under a daemon)
     note: str = ""
+    #: stages that had no inputs: {stage: what is missing} (materialize skipped them)
+    no_inputs: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_runs(self) -> int:
@@ -371,6 +417,10 @@ def materialize_everything(
             if unknown:
                 raise ValueError(f"no such asset(s): {', '.join(sorted(k.to_user_string() for k in unknown))}")
             keys = wanted
+        for stage, (why, skipped) in _stages_without_inputs(home, graph).items():
+            if keys & skipped:
+                report.no_inputs[stage] = why
+                keys = keys - skipped
         for key in keys:
             pdef = graph.get(key).partitions_def
             if pdef is None:

@@ -71,6 +71,46 @@ def _stop(children: dict[str, subprocess.Popen], timeout: float) -> None:
         proc.wait()
 
 
+#: the service's first retention pass waits this long (the webserver and daemon load the code first)
+RETENTION_FIRST_DELAY_SECONDS = 600.0
+
+
+class _RetentionSchedule:
+    """``noisycal retention`` as a child process every ``retention_every_hours`` (settings.json; 0 = never), the
+    first one ``RETENTION_FIRST_DELAY_SECONDS`` after start. Its failure is reported, never stops the service."""
+
+    def __init__(self, home: str | Path) -> None:
+        from resources.settings import load_settings
+
+        self.home = HomeLayout.at(home).home
+        self.every = load_settings(self.home).retention_every_hours * 3600.0
+        self.next_at = time.monotonic() + min(RETENTION_FIRST_DELAY_SECONDS, self.every)
+        self.proc: subprocess.Popen | None = None
+
+    def poll(self, env: dict[str, str]) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            if self.proc.returncode != 0:
+                print(f"noisycal serve: retention exited {self.proc.returncode}", file=sys.stderr, flush=True)
+            self.proc = None
+        if self.every <= 0 or self.proc is not None or time.monotonic() < self.next_at:
+            return
+        self.next_at = time.monotonic() + self.every
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestration.cli", "--home", str(self.home), "retention"],
+            env={**env, "PYTHONPATH": str(REPO_ROOT)}, cwd=REPO_ROOT, start_new_session=True,
+            preexec_fn=_default_signals,
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_timeout: float = 30.0) -> int:
     """Run webserver + daemon until SIGTERM/SIGINT (returns 0) or until a child dies (returns 1)."""
     env = service_env(home)
@@ -84,6 +124,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
 
     previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     children: dict[str, subprocess.Popen] = {}
+    retention = _RetentionSchedule(home)
     try:
         for name, cmd in service_commands(host, port).items():
             children[name] = subprocess.Popen(
@@ -101,11 +142,13 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
             if dead:
                 print(f"noisycal serve: {', '.join(dead)} exited; stopping the service", file=sys.stderr, flush=True)
                 return 1
+            retention.poll(env)
             time.sleep(0.5)
         print(f"noisycal serve: {signal.Signals(stop['signal']).name} received, stopping", flush=True)
         return 0
     finally:
         remove_service_file(home)
+        retention.stop()
         _stop(children, stop_timeout)
         for s, handler in previous.items():
             signal.signal(s, handler)

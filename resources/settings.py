@@ -78,6 +78,25 @@ class SettingsResource(dg.ConfigurableResource):
     dask_workers: int = Field(default=2, ge=1)  # worker processes of that LocalCluster
     warehouse: Literal["duckdb", "parquet"] = "duckdb"
     warehouse_root: str = ""  # parquet root: a local path or an fsspec URL; "" = $NOISYCAL_HOME/warehouse
+    # Dagster instance storage (runs, event logs, sensor ticks; orchestration/instance.py writes dagster.yaml):
+    # "sqlite" = files under $NOISYCAL_HOME/dagster (one host); "postgres" = a PostgreSQL database that every
+    # host of a multi-host set-up shares (the `scale` extra: dagster-postgres)
+    instance_storage: Literal["sqlite", "postgres"] = "sqlite"
+    postgres_url: str = ""  # "postgresql://user@host:port/db"; when set, the five fields below are ignored
+    postgres_host: str = "127.0.0.1"
+    postgres_port: int = Field(default=5432, ge=1, le=65535)
+    postgres_user: str = "dagster"
+    postgres_db: str = "dagster"
+    # name of the environment variable that holds the password (read by Dagster when it loads the instance,
+    # never written to dagster.yaml); "" = no password (trust, peer or ~/.pgpass)
+    postgres_password_env: str = ""
+    # retention (orchestration/retention.py: `noisycal retention`, and `noisycal serve` every retention_every_hours)
+    # of Dagster's run history with its event logs, and of sensor ticks. Never deleted: unfinished runs, the run
+    # of each asset partition's latest materialisation and each check's latest evaluation, runs of published
+    # reports and runs tagged noisycal/keep. Warehouse partitions (every model version's) are never touched.
+    retention_days: float = Field(default=90.0, gt=0)
+    retention_every_hours: float = Field(default=24.0, ge=0)  # 0 = the service never runs it by itself
+    temp_file_hours: float = Field(default=24.0, gt=0)  # leftover temporary files older than this are removed
 
     @field_validator("near_duplicate_rerank", mode="before")
     @classmethod
