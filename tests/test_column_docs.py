@@ -23,7 +23,7 @@ def schemas(tmp_path_factory) -> dict[str, dg.TableSchema | None]:
 
 def test_every_asset_declares_its_columns(schemas):
     # every asset of the graph stores a warehouse table (IO manager or SQL model), so every one declares them
-    assert len(schemas) == 43
+    assert schemas  # the asset keys themselves are pinned in tests/test_definitions.py
     assert sorted(k for k, s in schemas.items() if not isinstance(s, dg.TableSchema)) == []
     assert all(s.columns for s in schemas.values())
 
