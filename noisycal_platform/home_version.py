@@ -105,7 +105,10 @@ def _check_tables(warehouse: Path) -> None:
 
     if not warehouse.is_file():
         return
-    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        con = duckdb.connect(str(warehouse), read_only=True)
+    except duckdb.IOException:  # a writer holds the file right now: the tables were checked when it opened
+        return
     try:
         for table, needed in REQUIRED_COLUMNS.items():
             have = _columns(con, table)
@@ -125,7 +128,10 @@ def _needs_1_to_2(warehouse: Path) -> bool:
 
     if not warehouse.is_file():
         return False
-    con = duckdb.connect(str(warehouse), read_only=True)
+    try:
+        con = duckdb.connect(str(warehouse), read_only=True)
+    except duckdb.IOException:  # held by a running writer of this release (an old home cannot be served)
+        return False
     try:
         have = _columns(con, "raw.annotations")
     finally:
