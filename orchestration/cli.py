@@ -404,6 +404,47 @@ def cmd_export(args) -> int:
     return 0
 
 
+
+# --- backup / restore (additive block; the logic is noisycal_platform.backup) -----------------------------
+def cmd_backup(args) -> int:
+    from noisycal_platform.backup import backup_home, verify_snapshot
+    from noisycal_platform.home_version import package_version
+    from orchestration.instance import home_lock
+
+    if args.verify:
+        manifest = verify_snapshot(args.dest)
+        print(f"backup {args.dest}: complete, {len(manifest['files'])} files and {len(manifest['tables'])} "
+              "tables match the manifest")
+        return 0
+    r = backup_home(args.home, args.dest, lock=lambda: home_lock(args.home, "noisycal backup"),
+                    package_version=package_version())
+    print(f"backup of {args.home} -> {r.dest}: {r.n_files} files, {r.n_bytes} bytes, {r.n_tables} tables, "
+          f"{r.seconds:.1f} s")
+    return 0
+
+
+def cmd_restore(args) -> int:
+    from noisycal_platform.backup import restore_home
+
+    manifest = restore_home(args.src, args.home)
+    print(f"restored {args.src} -> {args.home}: {len(manifest['files'])} files and {len(manifest['tables'])} "
+          "tables verified against the manifest")
+    return 0
+
+
+def _add_backup_parsers(sub) -> None:
+    p = sub.add_parser("backup", help="consistent snapshot of the home into a new folder (safe while serving)")
+    p.add_argument("dest", type=Path)
+    p.add_argument("--verify", action="store_true", help="only check the snapshot DEST against its manifest")
+    p.set_defaults(func=cmd_backup)
+    p = sub.add_parser("verify-backup", help="check a snapshot's files and tables against its manifest")
+    p.add_argument("dest", type=Path)
+    p.set_defaults(func=cmd_backup, verify=True)
+    p = sub.add_parser("restore", help="restore a snapshot into an empty or new home (--home), then verify it")
+    p.add_argument("src", type=Path)
+    p.set_defaults(func=cmd_restore)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="noisycal", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -468,6 +509,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
     sub.add_parser("status", help="where things are and what is pending").set_defaults(func=cmd_status)
     _add_audit_parser(sub)
+    _add_backup_parsers(sub)
     p = sub.add_parser("export", help="write the DuckDB warehouse as one Parquet file per asset partition")
     p.add_argument("format", choices=["parquet"])
     p.add_argument("--root", default=None,
@@ -493,6 +535,12 @@ def main(argv: list[str] | None = None) -> int:
     # Dagster's own evaluator passes a beta parameter internally; the warning says nothing to a clinic's operator
     warnings.filterwarnings("ignore", message=r"Parameter `include_sources`", module=r"dagster\..*")
     try:
+        if args.command not in ("backup", "verify-backup", "restore"):
+            from noisycal_platform.home_version import open_home
+
+            _, before = open_home(args.home)  # refuses a newer or unreadable home; migrates an older one
+            if before is not None:
+                print(f"migrated {args.home} to this release's layout; the home as it was is in {before}")
         return int(args.func(args) or 0)
     except HomeBusy as exc:
         print(f"noisycal {args.command}: {exc}", file=sys.stderr)

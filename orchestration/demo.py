@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 
 from noisycal_platform import demo as demo_inputs
+from noisycal_platform.home_version import record_home
 from noisycal_platform.paths import HomeLayout
 from orchestration.runner import TickReport, instance_for, materialize_everything, tick
 
@@ -38,6 +39,7 @@ def _prepare_home(layout: HomeLayout, fresh: bool) -> str | None:
             return f"{home} holds an earlier demo; run `noisycal demo --fresh` to rebuild it."
         shutil.rmtree(home)
     layout.ensure()
+    record_home(home)  # which release wrote this home (noisycal_platform.home_version)
     (home / MARKER).write_text("created by `noisycal demo`; `noisycal demo --fresh` may delete this folder\n")
     # the demo drops its batches and ticks at once: no settle time (files are complete when ticked)
     (home / "settings.json").write_text('{"inbox_settle_seconds": 0}\n')
