@@ -381,20 +381,23 @@ def nc_ece_report_table(
     common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed, "kind": "binary",
               "n_classes": 2}
     ct = _as_channel_table(channel_table)
-    chans, w = ct.for_matrix(matrix)
-    point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
+    if n_bootstrap:  # the headline is the test's plug-in NC-ECE: one computation
+        test = nc_ece_calibration_test(matrix, ct, common)
+        value, n_items, bin_n, test_cols = test.nc_ece, test.n_items, test.bins["n"], calibration_test_columns(test)
+    else:
+        chans, w = ct.for_matrix(matrix)
+        point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
+        value, n_items, bin_n, test_cols = point.value, point.n_items, point.bins["n"], {}
     nc_row = {
         "estimator": "nc_ece",
         "annotator_id": None,
-        "value": point.value,
-        "n_items": point.n_items,
-        "n_excluded": n - point.n_items,
-        "min_items_per_bin": int(point.bins["n"].min()),
+        "value": value,
+        "n_items": n_items,
+        "n_excluded": n - n_items,
+        "min_items_per_bin": int(bin_n.min()),
         **common,
+        **test_cols,
     }
-    if n_bootstrap:
-        test = nc_ece_calibration_test(matrix, ct, common)
-        nc_row.update(value=test.nc_ece, **calibration_test_columns(test))
     rows = [nc_row]
     naive = [
         ("naive_majority_vote", None, naive_targets(matrix.values, "majority_vote")),

@@ -32,7 +32,14 @@ from scipy.stats import chi2
 from ..channels._base import Channel, ChannelFit, NotIdentifiableError
 from ._patterns import as_class_annotations, class_codes, pattern_counts
 
-__all__ = ["ConfusionFit", "batched_confusion_em", "estimate_confusion", "known_confusion", "validate_confusion"]
+__all__ = [
+    "ConfusionFit",
+    "batched_confusion_em",
+    "estimate_class_channels",
+    "estimate_confusion",
+    "known_confusion",
+    "validate_confusion",
+]
 
 EPS = 1e-10  # probabilities are clipped at EPS (as the binary EM and crowd-kit do)
 MIN_PREVALENCE = 1e-6  # a latent class with smaller estimated prevalence is not identified
@@ -506,3 +513,16 @@ def estimate_confusion(
     diag = _fit_diagnostics(best.t, n_items, len(counts), len(ok), lls)
     diag["permutation"] = sigma.tolist()
     return ConfusionFit(best.t, best.prior, "dawid_skene", best.converged, best.log_likelihood, best.n_iter, diag)
+
+
+def estimate_class_channels(
+    annotations: Any, method: str = "auto", groups: Any = None, n_starts: int = 10, seed: int = 0,
+    min_gap: float = 0.05,
+) -> ConfusionFit:
+    """The multi-class counterpart of `channels.estimate_channels`: C×C confusion matrices per annotator by
+    multi-class Dawid–Skene (`estimate_confusion`), the one estimator for more than two classes, so ``method``
+    must be "auto" or "dawid_skene" and ``groups`` None."""
+    if method not in ("auto", "dawid_skene") or groups is not None:
+        raise ValueError("more than two classes: only multi-class Dawid–Skene (method 'auto' or 'dawid_skene', "
+                         "no groups) estimates confusion matrices")
+    return estimate_confusion(annotations, n_starts=n_starts, seed=seed, min_gap=min_gap)
