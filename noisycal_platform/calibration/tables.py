@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from .channels import Channel, ChannelFit, estimate_channels, known_channels
+from .channels._base import validated_labels
 from .inference import CalibrationTest, calibration_test
 from .nc_ece import bin_index, binned_ece, nc_ece, plugin_prevalence
 from .recalibration import naive_targets
@@ -46,7 +47,8 @@ class AnnotationMatrix:
     """Wide annotations aligned with scores.
 
     item_ids : (n,) item ids, sorted. annotator_ids : (K,) sorted annotator ids (the column order).
-    values : (n, K) float64, label 0/1, NaN where the annotator did not label the item.
+    values : (n, K) float64, label 0/1, NaN where the annotator did not label the item; a validated
+        `channels._base.LabelMatrix` (checked once, when the matrix is built).
     scores : (n,) float64 or None (no predictions given).
     n_annotated_unscored : annotated items without a score (dropped). n_scored_unannotated : scored items
     with no annotation (kept as all-NaN rows; NC-ECE excludes and counts them).
@@ -111,7 +113,8 @@ def annotation_matrix(annotations: pl.DataFrame, predictions: pl.DataFrame | Non
     values[joined["_row"].to_numpy(), joined["_col"].to_numpy()] = joined["label"].to_numpy()
     n_unscored = int((~annotated.is_in(items.implode())).sum()) if predictions is not None else 0
     n_unann = int(np.isnan(values).all(axis=1).sum())
-    return AnnotationMatrix(tuple(items.to_list()), annot_ids, values, scores, n_unscored, n_unann)
+    # validated here, once: every function the matrix reaches accepts the LabelMatrix without checking again
+    return AnnotationMatrix(tuple(items.to_list()), annot_ids, validated_labels(values), scores, n_unscored, n_unann)
 
 
 CHANNEL_TABLE_SCHEMA = {

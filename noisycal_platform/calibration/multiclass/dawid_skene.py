@@ -473,14 +473,9 @@ def estimate_confusion(
     else:
         start0 = _soft_vote_start(onehot, pats, counts, k, c)
     starts = [start0] + [_random_start(rng, k, c) for _ in range(n_starts - 1)]
-    fits = _em_runs(
-        onehot,
-        np.broadcast_to(counts, (n_starts, counts.size)),
-        np.stack([np.asarray(st[0], float) for st in starts]),
-        np.stack([np.asarray(st[1], float) for st in starts]),
-        max_iter,
-        tol,
-    )  # all starts at once, each run as if alone
+    priors, confusions = (np.stack([np.asarray(st[i], float) for st in starts]) for i in (0, 1))
+    # all starts at once, each run as if alone
+    fits = _em_runs(onehot, np.broadcast_to(counts, (n_starts, counts.size)), priors, confusions, max_iter, tol)
     runs = []
     for i in range(n_starts):  # loop over starts: orientation and screening
         r = _Run(fits[0][i], fits[1][i], float(fits[2][i]), int(fits[3][i]), bool(fits[4][i]))
