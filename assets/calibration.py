@@ -1,7 +1,8 @@
 """Calibration stage (seed 000), one partition per model version.
 
 raw/annotations + raw/predictions[v] -> channel_estimates[v] -> nc_ece_report[v] -> recalibrators[v]
--> recalibration_report[v]. Each body reads, calls ``noisycal_platform.calibration.pipeline`` and returns.
+-> recalibration_report[v]. Each body reads, calls its step's method of the version object
+(``noisycal_platform.calibration.versions.version``: binary or multi-class, decided there once) and returns.
 """
 
 import json
@@ -12,8 +13,14 @@ import polars as pl
 from assets.policy import CALIBRATION
 from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.calibration import NotIdentifiableError
-from noisycal_platform.calibration import pipeline as cal
-from noisycal_platform.calibration.recalibration_tables import RECALIBRATION_REPORT_SCHEMA, RECALIBRATORS_SCHEMA
+from noisycal_platform.calibration.class_tables import UnknownLabelError
+from noisycal_platform.calibration.recalibration_tables import (
+    RECALIBRATION_REPORT_SCHEMA,
+    RECALIBRATORS_SCHEMA,
+    recalibrator_exports,
+)
+from noisycal_platform.calibration.tables import CHANNEL_TABLE_SCHEMA, NC_ECE_REPORT_SCHEMA
+from noisycal_platform.calibration.versions import ASSUMPTION_COLUMNS, version
 from noisycal_platform.io import atomic_write_text
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
@@ -25,7 +32,7 @@ RECALIBRATION_REPORT = CALIBRATION.key("recalibration_report")
 # what every calibration asset reads from the raw stage: the annotations, and the predictions of its version
 SCORED_INS = {"annotations": dg.AssetIn(ANNOTATIONS), "predictions": dg.AssetIn(PREDICTIONS)}
 #: calibration/channel_estimates: the channel table and the two assumption checks repeated on every row
-CHANNEL_ESTIMATES_SCHEMA = {**cal.CHANNEL_TABLE_SCHEMA, **cal.ASSUMPTION_COLUMNS}
+CHANNEL_ESTIMATES_SCHEMA = {**CHANNEL_TABLE_SCHEMA, **ASSUMPTION_COLUMNS}
 
 
 #: pipeline keyword → SettingsResource field, where the two names differ
@@ -57,21 +64,17 @@ def channel_estimates(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     try:
-        table = cal.channel_estimates(
-            annotations, predictions, **_settings(settings, "method", "weights", "n_bins", "seed")
-        )
+        v = version(annotations, predictions)
+        table = v.estimate_channels(**_settings(settings, "method", "weights", "n_bins", "seed"))
     except NotIdentifiableError as exc:
         raise dg.Failure(description=f"channels not identifiable for {context.partition_key}: {exc}") from None
-    except cal.UnknownLabelError as exc:  # an input error: retrying cannot fix it
+    except UnknownLabelError as exc:  # an input error: retrying cannot fix it
         raise dg.Failure(description=str(exc), allow_retries=False) from None
     return dg.Output(table, metadata=_float_metadata(table.row(0, named=True), _CHANNEL_METADATA) | {
         "method": str(table["method"][0]),
         "converged": bool(table["converged"].all()),
         "n_classes": int(table["n_classes"][0]),
-        "channels": dg.MetadataValue.md(_md_table(
-            table, ["annotator_id", "fpr", "fnr", "gap", "weight"] if table["n_classes"][0] == 2
-            else ["annotator_id", "true_class", "answered_class", "probability", "gap", "weight"]
-        )),
+        "channels": dg.MetadataValue.md(_md_table(table, list(v.channel_columns))),
     })
 
 
@@ -98,7 +101,7 @@ def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
 
 @CALIBRATION.asset(
     ins=SCORED_INS,
-    schema=cal.NC_ECE_REPORT_SCHEMA,
+    schema=NC_ECE_REPORT_SCHEMA,
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
     "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
     "(seed 000 §3, §C, §6).",
@@ -109,9 +112,7 @@ def nc_ece_report(
     channel_estimates: pl.DataFrame,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    table = cal.nc_ece_report(
-        annotations,
-        predictions,
+    table = version(annotations, predictions).nc_ece_table(
         channel_estimates,
         **_settings(settings, "n_bins", "n_bootstrap", "seed", "min_items_per_subgroup", "n_bootstrap_subgroups"),
     )
@@ -141,11 +142,11 @@ def recalibrators(
     inbox: InboxResource,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    table = cal.recalibrators(
-        annotations, predictions, channel_estimates, **_settings(settings, "n_bins", "method", "seed")
+    table = version(annotations, predictions).recalibrate(
+        channel_estimates, **_settings(settings, "n_bins", "method", "seed")
     )
     folder = inbox.layout.recalibrator_exports / context.partition_key
-    for name, params in cal.recalibrator_exports(table).items():
+    for name, params in recalibrator_exports(table).items():
         atomic_write_text(folder / f"{name}.json", json.dumps(params, indent=1, sort_keys=True))
     return dg.Output(
         table,
@@ -172,8 +173,8 @@ def recalibration_report(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     refs = reference_labels if reference_labels.height else None
-    table = cal.recalibration_report(
-        annotations, predictions, channel_estimates, recalibrators, refs, n_bins=settings.n_bins
+    table = version(annotations, predictions).recalibration_report(
+        channel_estimates, recalibrators, refs, n_bins=settings.n_bins
     )
     cols = ["name", "n_eval", "nc_ece", "naive_soft_vote_ece"] + (
         ["ece", "log_loss", "brier"] if refs is not None else []

@@ -7,8 +7,10 @@ Input frames (validated upstream by ``noisycal_platform.io``):
   n_classes, classes (list of names) and probabilities (list, one per class), and subgroups (items.csv pairs)
 - references (optional): item_id str, label int (0/1)
 
-A version is multi-class when its predictions carry ``classes`` (`class_tables.is_multiclass`); every function
-then takes the `class_tables` path with the same output columns. Subgroup rows come from `subgroups`.
+Which label space a version has is decided once, by `versions.version` (multi-class when its predictions carry
+``classes``); every function here is that object's method of the same step, with the same output columns for
+both label spaces. The assets call `versions.version` directly; these functions are for the other callers
+(the reports asset, tests). Subgroup rows come from `subgroups`.
 
 Asset → function: ``calibration/channel_estimates`` → `channel_estimates`; ``calibration/nc_ece_report`` →
 `nc_ece_report`; ``calibration/recalibrators`` → `recalibrators` (+ `recalibrator_exports` for the JSON files);
@@ -23,36 +25,13 @@ items without annotation (or Σ weight = 0) are excluded; only non-empty bins ap
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
 
-from ..contracts import BINARY_CLASSES
-from .class_tables import (
-    ClassMatrix,
-    ConfusionTable,
-    UnknownLabelError,
-    class_channel_rows,
-    class_matrix,
-    class_nc_ece_rows,
-    class_recalibration_report_table,
-    class_recalibrators_table,
-    confusion_from_table,
-    is_multiclass,
-    scored_annotations,
-)
-from .diagnostics import assumption_checks
-from .recalibration_tables import recalibration_report_table, recalibrator_exports, recalibrators_table
-from .subgroups import binary_subgroup_rows, class_subgroup_rows
-from .tables import (
-    CHANNEL_TABLE_SCHEMA,
-    NC_ECE_REPORT_SCHEMA,
-    AnnotationMatrix,
-    annotation_matrix,
-    channel_estimates_table,
-    channels_from_table,
-    nc_ece_report_table,
-)
+from .class_tables import UnknownLabelError
+from .recalibration_tables import recalibrator_exports
+from .report import calibration_summary_markdown
+from .tables import annotation_matrix, channels_from_table
+from .versions import ASSUMPTION_COLUMNS, version
 
 __all__ = [
     "ASSUMPTION_COLUMNS",
@@ -66,35 +45,6 @@ __all__ = [
     "recalibrator_exports",
     "recalibrators",
 ]
-
-ASSUMPTION_COLUMNS = {
-    "independence_statistic": pl.Float64,
-    "independence_p_value": pl.Float64,
-    "invariance_statistic": pl.Float64,
-    "invariance_p_value": pl.Float64,
-    "assumption_note": pl.Utf8,
-}
-
-
-def _matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> AnnotationMatrix:
-    """The binary version's annotation matrix. An annotation of a scored item whose label is not 0/1 (a class
-    name, stored with a null ``label``) raises `UnknownLabelError` with its file, row and column; such labels
-    on other items (a multi-class version's) are left out."""
-    if "label_text" in annotations.columns:
-        scored_annotations(annotations, predictions, list(BINARY_CLASSES))
-        annotations = annotations.filter(pl.col("label").is_not_null())
-    return annotation_matrix(annotations, predictions.select("item_id", "score"))
-
-
-def _class_inputs(
-    annotations: pl.DataFrame, predictions: pl.DataFrame, channel_estimates: pl.DataFrame
-) -> tuple[ClassMatrix, ConfusionTable]:
-    cm = class_matrix(annotations, predictions)
-    return cm, confusion_from_table(channel_estimates, cm.classes)
-
-
-def _with_assumptions(table: pl.DataFrame, values: dict[str, Any]) -> pl.DataFrame:
-    return table.with_columns(pl.lit(values[c], dtype=t).alias(c) for c, t in ASSUMPTION_COLUMNS.items())
 
 
 def channel_estimates(
@@ -113,23 +63,11 @@ def channel_estimates(
 
     A multi-class version (``n_classes`` > 2 or p_<class> predictions): confusion matrices by multi-class
     Dawid–Skene in the long format of `class_tables` (``method`` is not used: Dawid–Skene is the one estimator);
-    the two assumption checks are defined for binary channels and are left null with a note."""
-    if is_multiclass(predictions):
-        rows, _ = class_channel_rows(class_matrix(annotations, predictions), weights=weights, n_bins=n_bins,
-                                     seed=seed)
-        note = "the independence and score-invariance checks are defined for binary channels; not run for C classes"
-        return _with_assumptions(pl.DataFrame(rows, schema=CHANNEL_TABLE_SCHEMA),
-                                 {c: None for c in ASSUMPTION_COLUMNS} | {"assumption_note": note})
-    matrix = _matrix(annotations, predictions)
-    table = channel_estimates_table(matrix, method=method, weights=weights, n_bins=n_bins, seed=seed)
-    checks = assumption_checks(matrix.values, matrix.scores, n_replicates=n_check_replicates, seed=seed)
-    return _with_assumptions(table, {
-        "independence_statistic": checks.independence_statistic,
-        "independence_p_value": checks.independence_p_value,
-        "invariance_statistic": checks.invariance_statistic,
-        "invariance_p_value": checks.invariance_p_value,
-        "assumption_note": checks.note,
-    })
+    the two assumption checks are defined for binary channels and are left null with a note.
+    (`versions.BinaryVersion.estimate_channels` / `versions.MulticlassVersion.estimate_channels`.)"""
+    return version(annotations, predictions).estimate_channels(
+        method=method, weights=weights, n_bins=n_bins, seed=seed, n_check_replicates=n_check_replicates
+    )
 
 
 def nc_ece_report(
@@ -147,24 +85,11 @@ def nc_ece_report(
     (`tables.nc_ece_report_table` → `inference.calibration_test`, seed 000 §3, §C); for a multi-class version
     top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
     of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups), with
-    ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``)."""
-    n_sub = n_bootstrap if n_bootstrap_subgroups is None else n_bootstrap_subgroups
-    if is_multiclass(predictions):
-        cm, ct = _class_inputs(annotations, predictions, channel_estimates)
-        rule = str(channel_estimates["weight_rule"][0])
-        rows = class_nc_ece_rows(cm, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed, weight_rule=rule)
-        rows += class_subgroup_rows(cm, predictions, ct, n_bins=n_bins, n_bootstrap=n_sub, seed=seed,
-                                    min_items=min_items_per_subgroup)
-        return pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)
-    matrix = _matrix(annotations, predictions)
-    table = nc_ece_report_table(matrix, channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
-    chans, w = channels_from_table(channel_estimates).for_matrix(matrix)
-    rows = binary_subgroup_rows(matrix, predictions, chans, w, n_bins=n_bins, n_bootstrap=n_sub, seed=seed,
-                                min_items=min_items_per_subgroup)
-    if not rows:
-        return table
-    extra = pl.DataFrame([{c: r.get(c) for c in NC_ECE_REPORT_SCHEMA} for r in rows], schema=NC_ECE_REPORT_SCHEMA)
-    return pl.concat([table, extra])
+    ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
+    return version(annotations, predictions).nc_ece_table(
+        channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
+        min_items_per_subgroup=min_items_per_subgroup, n_bootstrap_subgroups=n_bootstrap_subgroups,
+    )
 
 
 def recalibrators(
@@ -178,12 +103,8 @@ def recalibrators(
 ) -> pl.DataFrame:
     """Corrected and naive recalibrators fitted on the fit part of the split, channels fitted there too
     (`recalibration_tables.recalibrators_table`, seed 000 §5, §E.2, §E.5); multi-class: temperature scaling
-    and the classwise projected histogram (`class_tables.class_recalibrators_table`)."""
-    if is_multiclass(predictions):
-        return class_recalibrators_table(*_class_inputs(annotations, predictions, channel_estimates), n_bins, seed)
-    return recalibrators_table(
-        _matrix(annotations, predictions), channel_estimates, n_bins=n_bins, method=method, seed=seed
-    )
+    and the classwise projected histogram (`class_tables.class_recalibrators_table`). (`versions.*.recalibrate`.)"""
+    return version(annotations, predictions).recalibrate(channel_estimates, n_bins=n_bins, method=method, seed=seed)
 
 
 def recalibration_report(
@@ -197,12 +118,9 @@ def recalibration_report(
 ) -> pl.DataFrame:
     """Every recalibrator scored on the held-out items with channels not fitted on them
     (`recalibration_tables.recalibration_report_table`, seed 000 §E.4; multi-class:
-    `class_tables.class_recalibration_report_table`)."""
-    if is_multiclass(predictions):
-        return class_recalibration_report_table(class_matrix(annotations, predictions), recalibrators, n_bins)
-    refs: Any = references if references is not None and references.height else None
-    return recalibration_report_table(
-        _matrix(annotations, predictions), recalibrators, channel_estimates, references=refs, n_bins=n_bins
+    `class_tables.class_recalibration_report_table`). (`versions.*.recalibration_report`.)"""
+    return version(annotations, predictions).recalibration_report(
+        channel_estimates, recalibrators, references, n_bins=n_bins
     )
 
 
@@ -221,19 +139,12 @@ def calibration_report(
     min_items_per_subgroup: int | None = None,
 ) -> tuple[str, str]:
     """One version's calibration report: (HTML, markdown summary) — `report.render_calibration_report` for a
-    binary version, `report.render_multiclass_report` for a multi-class one; both end with the subgroups."""
-    from .report import calibration_summary_markdown, render_calibration_report, render_multiclass_report
-
+    binary version, `report.render_multiclass_report` for a multi-class one (`versions.*.report`); both end with
+    the subgroups."""
     summary = calibration_summary_markdown(channel_estimates, nc_ece_report, recalibration_report, model_version)
-    if is_multiclass(predictions):
-        cm, ct = _class_inputs(annotations, predictions, channel_estimates)
-        text = render_multiclass_report(cm, ct, channel_estimates, nc_ece_report, predictions, recalibration_report,
-                                        model_version, n_bins, nc_ece_limit, min_items_per_subgroup)
-        return text, summary
-    refs = references if references is not None and references.height else None
-    text = render_calibration_report(
-        _matrix(annotations, predictions), channel_estimates, nc_ece_report, recalibrators, recalibration_report,
-        refs, model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit, predictions=predictions,
-        min_items=min_items_per_subgroup,
+    text = version(annotations, predictions).report(
+        channel_estimates, nc_ece_report, recalibrators, recalibration_report, references,
+        model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit,
+        min_items_per_subgroup=min_items_per_subgroup,
     )
     return text, summary

@@ -136,6 +136,34 @@ def recommended_recalibrator(recalibration_report: pl.DataFrame | None) -> str:
     )
 
 
+_CHANNEL_COLUMNS = [
+    "annotator_id", "fpr", "fnr", "gap", "weight", "n_labels", "method", "converged", "prevalence", "min_gap"
+]
+_ESTIMATOR_COLUMNS = [
+    "estimator", "annotator_id", "value", "ci_low", "ci_high", "n_items", "n_excluded", "min_items_per_bin"
+]
+
+
+def _recalibration_figure(
+    s: np.ndarray, target: np.ndarray, tname: str, ev: np.ndarray, recalibrators: pl.DataFrame, n_bins: int
+) -> str:
+    """Diagram 2 of `render_calibration_report`: on the held-out items ``ev``, the base scores and every
+    fitted recalibrator against ``target``, one panel for the corrected fits and one for the naive ones."""
+    base = ("base (not recalibrated)", *_bin_curve(s[ev], target[ev], n_bins)[:2], "k.:")
+    panels = []
+    for corrected in (True, False):
+        curves2 = [base]
+        for (name, r), style in zip(
+            ((k, v) for k, v in recalibrators_from_table(recalibrators).items() if v.corrected == corrected),
+            ("o-", "s-", "^-", "v-", "x-"),
+            strict=False,
+        ):
+            curves2.append((name, *_bin_curve(r.predict(s[ev]), target[ev], n_bins)[:2], style))
+        kind = "corrected (noise-corrected labels)" if corrected else "naive (noisy labels as truth)"
+        panels.append((f"{kind}\nheld-out items vs {tname}", curves2))
+    return _reliability_figure(panels)
+
+
 def render_calibration_report(
     matrix: AnnotationMatrix,
     channel_table: pl.DataFrame,
@@ -188,22 +216,9 @@ def render_calibration_report(
     fig1 = _reliability_figure([(f"model {model_version}: reliability ({n_bins} bins)", curves)], band)
     fig2 = ""
     if recalibrators is not None and recalibrators.height:
-        ev = holdout_mask(matrix.item_ids)
         target = ref if ref is not None else ytil
         tname = "reference label" if ref is not None else "corrected label"
-        base = ("base (not recalibrated)", *_bin_curve(s[ev], target[ev], n_bins)[:2], "k.:")
-        panels = []
-        for corrected in (True, False):
-            curves2 = [base]
-            for (name, r), style in zip(
-                ((k, v) for k, v in recalibrators_from_table(recalibrators).items() if v.corrected == corrected),
-                ("o-", "s-", "^-", "v-", "x-"),
-                strict=False,
-            ):
-                curves2.append((name, *_bin_curve(r.predict(s[ev]), target[ev], n_bins)[:2], style))
-            kind = "corrected (noise-corrected labels)" if corrected else "naive (noisy labels as truth)"
-            panels.append((f"{kind}\nheld-out items vs {tname}", curves2))
-        fig2 = _reliability_figure(panels)
+        fig2 = _recalibration_figure(s, target, tname, holdout_mask(matrix.item_ids), recalibrators, n_bins)
     parts = [
         "<h2>Verdict</h2>",
         f"<p><b>Calibration against the clinic's limit:</b> {html.escape(calibration_verdict(nc_row, nc_ece_limit))}."
@@ -218,35 +233,9 @@ def render_calibration_report(
         "over the annotators present (Hanada &amp; Futami, Noisy-Label Calibration with Multiple Unreliable "
         "Labels, §3).</p>",
         "<h2>Annotator channels</h2>",
-        _html_table(
-            channel_table,
-            [
-                "annotator_id",
-                "fpr",
-                "fnr",
-                "gap",
-                "weight",
-                "n_labels",
-                "method",
-                "converged",
-                "prevalence",
-                "min_gap",
-            ],
-        ),
+        _html_table(channel_table, _CHANNEL_COLUMNS),
         "<h2>Calibration error: noise-corrected vs naive</h2>",
-        _html_table(
-            nc_ece_report,
-            [
-                "estimator",
-                "annotator_id",
-                "value",
-                "ci_low",
-                "ci_high",
-                "n_items",
-                "n_excluded",
-                "min_items_per_bin",
-            ],
-        ),
+        _html_table(nc_ece_report, _ESTIMATOR_COLUMNS),
         "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (seed 000 §2.2). For NC-ECE, "
         "value is the plug-in estimate, value_debiased removes most of its upward bias (Kumar, Liang &amp; Ma "
         "2019), and the interval is a basic bootstrap whose replicates re-estimate the channels; naive rows use "

@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 
 from .channels import Channel, ChannelFit, estimate_channels, known_channels
+from .channels._base import validated_labels
 from .inference import CalibrationTest, calibration_test
 from .nc_ece import bin_index, binned_ece, nc_ece, plugin_prevalence
 from .recalibration import naive_targets
@@ -46,7 +47,8 @@ class AnnotationMatrix:
     """Wide annotations aligned with scores.
 
     item_ids : (n,) item ids, sorted. annotator_ids : (K,) sorted annotator ids (the column order).
-    values : (n, K) float64, label 0/1, NaN where the annotator did not label the item.
+    values : (n, K) float64, label 0/1, NaN where the annotator did not label the item; a validated
+        `channels._base.LabelMatrix` (checked once, when the matrix is built).
     scores : (n,) float64 or None (no predictions given).
     n_annotated_unscored : annotated items without a score (dropped). n_scored_unannotated : scored items
     with no annotation (kept as all-NaN rows; NC-ECE excludes and counts them).
@@ -111,7 +113,8 @@ def annotation_matrix(annotations: pl.DataFrame, predictions: pl.DataFrame | Non
     values[joined["_row"].to_numpy(), joined["_col"].to_numpy()] = joined["label"].to_numpy()
     n_unscored = int((~annotated.is_in(items.implode())).sum()) if predictions is not None else 0
     n_unann = int(np.isnan(values).all(axis=1).sum())
-    return AnnotationMatrix(tuple(items.to_list()), annot_ids, values, scores, n_unscored, n_unann)
+    # validated here, once: every function the matrix reaches accepts the LabelMatrix without checking again
+    return AnnotationMatrix(tuple(items.to_list()), annot_ids, validated_labels(values), scores, n_unscored, n_unann)
 
 
 CHANNEL_TABLE_SCHEMA = {
@@ -381,20 +384,23 @@ def nc_ece_report_table(
     common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed, "kind": "binary",
               "n_classes": 2}
     ct = _as_channel_table(channel_table)
-    chans, w = ct.for_matrix(matrix)
-    point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
+    if n_bootstrap:  # the headline is the test's plug-in NC-ECE: one computation
+        test = nc_ece_calibration_test(matrix, ct, common)
+        value, n_items, bin_n, test_cols = test.nc_ece, test.n_items, test.bins["n"], calibration_test_columns(test)
+    else:
+        chans, w = ct.for_matrix(matrix)
+        point = nc_ece(s, matrix.values, chans, weights=w, n_bins=n_bins)
+        value, n_items, bin_n, test_cols = point.value, point.n_items, point.bins["n"], {}
     nc_row = {
         "estimator": "nc_ece",
         "annotator_id": None,
-        "value": point.value,
-        "n_items": point.n_items,
-        "n_excluded": n - point.n_items,
-        "min_items_per_bin": int(point.bins["n"].min()),
+        "value": value,
+        "n_items": n_items,
+        "n_excluded": n - n_items,
+        "min_items_per_bin": int(bin_n.min()),
         **common,
+        **test_cols,
     }
-    if n_bootstrap:
-        test = nc_ece_calibration_test(matrix, ct, common)
-        nc_row.update(value=test.nc_ece, **calibration_test_columns(test))
     rows = [nc_row]
     naive = [
         ("naive_majority_vote", None, naive_targets(matrix.values, "majority_vote")),

@@ -48,9 +48,9 @@ def estimate_channels(
 ) -> ChannelFit:
     """Estimate annotator channels (a_j, b_j) and the prevalence from noisy labels (seed 000 §4).
 
-    Labels that are class indices with more than two classes go to multi-class Dawid–Skene
-    (:func:`noisycal_platform.calibration.multiclass.estimate_confusion`), which returns a ``ConfusionFit``
-    (``.confusion[j, y, a]`` = P(A_j = a | Y = y), ``.prevalence``); 0/1 labels take the binary path below.
+    Binary labels only (0/1); class indices with more than two classes are estimated by
+    :func:`noisycal_platform.calibration.multiclass.estimate_class_channels`. Which of the two a model version
+    uses is decided once, by :func:`noisycal_platform.calibration.versions.version`.
 
     Parameters
     ----------
@@ -71,14 +71,6 @@ def estimate_channels(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    # imported here: the multi-class package builds on this one
-    from noisycal_platform.calibration.multiclass import estimate_confusion, is_multiclass
-
-    if is_multiclass(annotations):  # class indices 0..C-1 with C > 2: C×C confusion matrices per annotator
-        if method not in ("auto", "dawid_skene") or groups is not None:
-            raise ValueError("more than two classes: only multi-class Dawid–Skene (method 'auto' or 'dawid_skene', "
-                             "no groups) estimates confusion matrices")
-        return estimate_confusion(annotations, n_starts=n_starts, seed=seed, min_gap=min_gap)
     a = as_annotation_array(annotations)
     n, k = a.shape
     if groups is not None:

@@ -16,11 +16,13 @@ import numpy as np
 __all__ = [
     "Channel",
     "ChannelFit",
+    "LabelMatrix",
     "NotIdentifiableError",
     "annotation_codes",
     "as_annotation_array",
     "exchange_labels",
     "pattern_counts",
+    "validated_labels",
 ]
 
 MISSING = 2  # code of a missing annotation
@@ -88,12 +90,34 @@ class ChannelFit:
         return np.array([c.gap for c in self.channels])
 
 
+class LabelMatrix(np.ndarray):
+    """An n×K annotation array that `validated_labels` has checked: `as_annotation_array` returns it as it is
+    instead of checking it again, so a matrix built once per step (`tables.annotation_matrix`) is validated once
+    however many functions it passes through. Views and arrays computed from it (slices, arithmetic, astype)
+    are of this type too but not vouched for, and are checked again."""
+
+    _validated: bool = False
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self._validated = False
+
+
+def validated_labels(annotations: Any, name: str = "annotations") -> LabelMatrix:
+    """`as_annotation_array` once, as a `LabelMatrix` that later calls accept without checking again."""
+    out = as_annotation_array(annotations, name).view(LabelMatrix)
+    out._validated = True
+    return out
+
+
 def as_annotation_array(annotations: Any, name: str = "annotations", validate: bool = True) -> np.ndarray:
     """Validate an n×K annotation array; returned unchanged (float or int dtype), never copied needlessly.
 
     Float arrays: values in {0, 1} or NaN (missing). Integer/bool arrays: values in {0, 1} or -1 (missing).
     ``validate=False`` checks only shape and dtype (for callers that validate values while streaming).
+    A `LabelMatrix` from `validated_labels` is returned as it is (validated once).
     """
+    if isinstance(annotations, LabelMatrix) and annotations._validated:
+        return annotations
     a = np.asarray(annotations)
     if a.ndim == 1:
         a = a[:, None]

@@ -13,7 +13,14 @@ from .corrected import (
     corrected_onehot,
     plugin_prevalence,
 )
-from .dawid_skene import ConfusionFit, batched_confusion_em, estimate_confusion, known_confusion, validate_confusion
+from .dawid_skene import (
+    ConfusionFit,
+    batched_confusion_em,
+    estimate_class_channels,
+    estimate_confusion,
+    known_confusion,
+    validate_confusion,
+)
 from .inference import calibration_test_multiclass
 from .nc_ece import NC_ECE_KINDS, MulticlassNCECEResult, binned_ece_multiclass, check_probs, nc_ece_multiclass
 from .recalibration import (
@@ -39,6 +46,7 @@ __all__ = [
     "class_weights",
     "corrected_noise_variance",
     "corrected_onehot",
+    "estimate_class_channels",
     "estimate_confusion",
     "fit_multiclass_recalibrator",
     "is_multiclass",

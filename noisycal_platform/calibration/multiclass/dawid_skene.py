@@ -32,7 +32,14 @@ from scipy.stats import chi2
 from ..channels._base import Channel, ChannelFit, NotIdentifiableError
 from ._patterns import as_class_annotations, class_codes, pattern_counts
 
-__all__ = ["ConfusionFit", "batched_confusion_em", "estimate_confusion", "known_confusion", "validate_confusion"]
+__all__ = [
+    "ConfusionFit",
+    "batched_confusion_em",
+    "estimate_class_channels",
+    "estimate_confusion",
+    "known_confusion",
+    "validate_confusion",
+]
 
 EPS = 1e-10  # probabilities are clipped at EPS (as the binary EM and crowd-kit do)
 MIN_PREVALENCE = 1e-6  # a latent class with smaller estimated prevalence is not identified
@@ -466,14 +473,9 @@ def estimate_confusion(
     else:
         start0 = _soft_vote_start(onehot, pats, counts, k, c)
     starts = [start0] + [_random_start(rng, k, c) for _ in range(n_starts - 1)]
-    fits = _em_runs(
-        onehot,
-        np.broadcast_to(counts, (n_starts, counts.size)),
-        np.stack([np.asarray(st[0], float) for st in starts]),
-        np.stack([np.asarray(st[1], float) for st in starts]),
-        max_iter,
-        tol,
-    )  # all starts at once, each run as if alone
+    priors, confusions = (np.stack([np.asarray(st[i], float) for st in starts]) for i in (0, 1))
+    # all starts at once, each run as if alone
+    fits = _em_runs(onehot, np.broadcast_to(counts, (n_starts, counts.size)), priors, confusions, max_iter, tol)
     runs = []
     for i in range(n_starts):  # loop over starts: orientation and screening
         r = _Run(fits[0][i], fits[1][i], float(fits[2][i]), int(fits[3][i]), bool(fits[4][i]))
@@ -506,3 +508,16 @@ def estimate_confusion(
     diag = _fit_diagnostics(best.t, n_items, len(counts), len(ok), lls)
     diag["permutation"] = sigma.tolist()
     return ConfusionFit(best.t, best.prior, "dawid_skene", best.converged, best.log_likelihood, best.n_iter, diag)
+
+
+def estimate_class_channels(
+    annotations: Any, method: str = "auto", groups: Any = None, n_starts: int = 10, seed: int = 0,
+    min_gap: float = 0.05,
+) -> ConfusionFit:
+    """The multi-class counterpart of `channels.estimate_channels`: C×C confusion matrices per annotator by
+    multi-class Dawid–Skene (`estimate_confusion`), the one estimator for more than two classes, so ``method``
+    must be "auto" or "dawid_skene" and ``groups`` None."""
+    if method not in ("auto", "dawid_skene") or groups is not None:
+        raise ValueError("more than two classes: only multi-class Dawid–Skene (method 'auto' or 'dawid_skene', "
+                         "no groups) estimates confusion matrices")
+    return estimate_confusion(annotations, n_starts=n_starts, seed=seed, min_gap=min_gap)

@@ -1,0 +1,69 @@
+"""Per-bin statistics of the calibration test, shared by both label spaces (binary `inference.test`, multi-class
+`multiclass.inference`): they work on arrays of per-bin moments m_k and replicate values, not on channel objects.
+
+The debiased sum of absolute moments (Kumar, Liang & Ma 2019), the basic bootstrap interval and the Monte Carlo
+p-value (Davison & Hinkley 1997).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr
+
+__all__ = ["basic_interval", "bootstrap_p_value", "debiased_abs_sum", "folded_normal_mean"]
+
+
+def folded_normal_mean(mu: Any, sigma: Any) -> np.ndarray:
+    """E|R| for R ~ N(μ, σ²): σ·sqrt(2/π)·exp(−μ²/2σ²) + μ·(1 − 2Φ(−μ/σ)); |μ| where σ = 0."""
+    mu = np.asarray(mu, float)
+    sd = np.asarray(sigma, float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = mu / sd
+        out = sd * np.sqrt(2 / np.pi) * np.exp(-0.5 * t * t) + mu * (1 - 2 * ndtr(-t))
+    return np.where(sd > 0, out, np.abs(mu))
+
+
+def debiased_abs_sum(moments: Any, variances: Any) -> np.ndarray:
+    """max(Σ_k [2|m̂_k| − E_{R~N(m̂_k, σ̂_k²)}|R|], 0) over the last axis: a debiased estimate of Σ_k |m_k|.
+
+    The debiased estimator of Kumar, Liang & Ma (2019), "Verified uncertainty calibration", NeurIPS, §5: each
+    bin's plug-in |m̂_k| is corrected by its bias under a Gaussian model of m̂_k, E|R| − |m̂_k| (closed form,
+    `folded_normal_mean`), with σ̂_k² the variance of m̂_k (here: its bootstrap variance with channel refits).
+    Chosen over the debiased square root sqrt((m̂² − σ̂²)⁺), which is biased by about −σ²/(2|m|) when |m| is a few
+    σ (where a miscalibrated predictor's bins sit). Bias left, with m̂_k ~ N(m_k, σ_k²): at m_k = 0 it is
+    0.468·σ_k per bin (the plug-in's is 0.798·σ_k; no estimator of an absolute value is unbiased at 0, so the
+    bias is left near zero, i.e. for calibrated bins); at |m_k| = σ_k it is −0.066·σ_k (plug-in +0.167·σ_k)
+    and it vanishes for |m_k| ≫ σ_k. The sum is clipped at 0.
+    Cost: where the plug-in's bias is small against its s.d. (most |m_k| ≥ 2σ_k), the correction's noise adds
+    more error than it removes, because it falls as |m̂_k| rises (slope 3 − 2Φ(|m̂_k|/σ̂_k) > 1) and so moves with
+    the plug-in's own error: about +2–3% mean absolute error against the plug-in on the same moments for a
+    miscalibrated predictor with n = 3,000 (seed 000 setting), against −40% mean value for a calibrated one at
+    n = 500. `calibration_test` recovers more than that cost by feeding it moments with more precise channels.
+    """
+    m = np.asarray(moments, float)
+    v = np.maximum(np.asarray(variances, float), 0.0)
+    return np.maximum((2 * np.abs(m) - folded_normal_mean(m, np.sqrt(v))).sum(axis=-1), 0.0)
+
+
+def basic_interval(estimate: float, replicates: Any, level: float = 0.95) -> tuple[float, float]:
+    """Basic (reverse-percentile) bootstrap interval [2θ̂ − q_{1−α/2}, 2θ̂ − q_{α/2}], clipped at 0 below.
+
+    Davison & Hinkley (1997), "Bootstrap Methods and their Application", §5.2, eq. 5.6. It removes the
+    bootstrap estimate of the bias of θ̂, which for an absolute value is upward. Replicates may hold NaN
+    (unidentified), which are ignored.
+    """
+    r = np.asarray(replicates, float)
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return float("nan"), float("nan")
+    lo_q, hi_q = np.quantile(r, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return max(2 * estimate - hi_q, 0.0), max(2 * estimate - lo_q, 0.0)
+
+
+def bootstrap_p_value(observed: float, null_replicates: Any) -> float:
+    """Monte Carlo p-value (1 + #{T* ≥ t}) / (1 + R) over the finite null replicates (Davison & Hinkley §4.2)."""
+    r = np.asarray(null_replicates, float)
+    r = r[np.isfinite(r)]
+    return float((1 + np.count_nonzero(r >= observed)) / (1 + r.size))
