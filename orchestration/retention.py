@@ -5,7 +5,8 @@ What goes, through Dagster's public instance API:
 
 - finished runs last updated more than ``retention_days`` (settings.json, default 90) ago, with their event logs
   (``DagsterInstance.get_run_records`` with ``RunsFilter(updated_before=..., statuses=...)``, then
-  ``DagsterInstance.delete_run``, which deletes the run and every event it wrote) and their compute-log folder;
+  ``DagsterInstance.delete_run``, which deletes the run and every event it wrote), their compute-log folder and,
+  on SQLite, the run's emptied event-log file (``<run id>.db``, which ``delete_run`` leaves behind);
 - sensor and schedule ticks older than that (``DagsterInstance.purge_ticks`` per instigator state; the daemon also
   purges them by the ``retention`` block of ``dagster.yaml``, written with the same number of days);
 - embedding-cache entries (``cache/embeddings/<dataset hash>__<config>.npy``) whose dataset hash no current
@@ -189,6 +190,10 @@ def run_retention(
             if not dry_run:
                 instance.delete_run(run.run_id)  # the run and every event of its log
             report.bytes_freed += _remove(storage_dir / run.run_id, dry_run)  # its compute logs, if any
+            shard = getattr(instance.event_log_storage, "path_for_shard", None)
+            if shard is not None:  # SQLite: delete_run empties the run's own event-log file but leaves it behind
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    report.bytes_freed += _remove(Path(shard(run.run_id) + suffix), dry_run)
         report.ticks_purged = _sensor_and_schedule_ticks(instance, cutoff.timestamp(), dry_run)
     finally:
         if own_instance:

@@ -7,6 +7,7 @@ retention runs with an explicit ``now``. Expected deletions are written out by h
 import os
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -108,7 +109,15 @@ def test_retention_deletes_old_history_and_keeps_pinned_runs(scenario):
     remaining = {rec.dagster_run.run_id for rec in instance.get_run_records()}
     assert remaining == (set(ids.values()) - deleted) | {"f" * 32}
     for run_id in deleted:
-        assert instance.all_logs(run_id) == []  # the event log went with the run
+        assert not Path(instance.event_log_storage.path_for_shard(run_id)).exists()  # its SQLite event-log file
+    assert Path(instance.event_log_storage.path_for_shard(ids["A3"])).exists()
+    fresh = instance_for(home)  # another process's view (this one caches the shards it initialised)
+    try:
+        for run_id in deleted:
+            assert fresh.all_logs(run_id) == []  # the event log went with the run
+        assert len(fresh.all_logs(ids["A3"])) > 0
+    finally:
+        fresh.dispose()
     assert report.runs_pinned[ids["A2"]] == "tagged-keep"
     assert report.runs_pinned[ids["Px"]].startswith("latest-materialisation of p[x]")
     assert report.runs_pinned[ids["R1"]].startswith("published-report of reports/r")
