@@ -41,7 +41,9 @@ def _covered(kind: str) -> int:
     return int(np.sum((m[:, c] <= truth) & (truth <= m[:, c + 1])))
 
 
-@pytest.mark.xfail(strict=True, reason="not met: measured 0.918 (459 of 500, threshold 460) on seeds "
+# Not strict: one run short of its threshold, so the last bits of another BLAS may tip it over; an XPASS there
+# must not fail CI. The others miss by several runs and stay strict.
+@pytest.mark.xfail(strict=False, reason="not met: measured 0.918 (459 of 500, threshold 460) on seeds "
                    "23_020_000–23_020_499 (known channels, n_boot 100); issue 23 item 1")
 def test_top_label_coverage_at_least_93_percent():
     """n = 3,000, p ∝ p_true^1.5, R = 500, n_boot = 100. Threshold t = ⌈500·(0.93 − sqrt(0.93·0.07/500))⌉ = 460
