@@ -30,11 +30,10 @@ import json
 import dagster as dg
 
 from assets.calibration import CHANNEL_ESTIMATES, NC_ECE_REPORT, RECALIBRATION_REPORT, RECALIBRATORS
-from assets.cleaning import RANK_NEAR_DUPLICATES, n_stop_of
+from assets.cleaning import RANK_NEAR_DUPLICATES, queue_depths
 from assets.correctness import AUDIT_AGREEMENT
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
-from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.correctness.audit_sample import AuditPaths
 from noisycal_platform.io import sha256_file
 from resources.inbox import InboxResource
@@ -123,7 +122,7 @@ def queue_refill_sensor(
     context: dg.SensorEvaluationContext, inbox: InboxResource, settings: SettingsResource
 ) -> dg.SensorResult:
     """Rerun a dataset's near-duplicate ranking when its answers need more pairs than it holds
-    (`cleaning.pipeline.near_duplicate_queue_depths`); a dataset never ranked is left to its first build. The
+    (`assets.cleaning.queue_depths`); a dataset never ranked is left to its first build. The
     cursor is the answer files' fingerprint once every queue reaches past them, so unchanged answers are not
     read again every evaluation (requests are repeated until the reruns they ask for have landed)."""
     fingerprint = inbox.confirmation_fingerprint()
@@ -131,8 +130,7 @@ def queue_refill_sensor(
         return dg.SensorResult(skip_reason=dg.SkipReason("no new confirmation answers"))
     stored = {d: _stored_depth(context.instance, d) for d in context.instance.get_dynamic_partitions(DATASETS.name)}
     built = [d for d, depth in stored.items() if depth is not None]
-    need = cp.near_duplicate_queue_depths(inbox.layout, built, initial=settings.near_duplicate_top_k,
-                                          n_stop=n_stop_of(settings)) if built else {}
+    need = queue_depths(inbox, settings, built) if built else {}
     deeper = {d: n for d, n in need.items() if n > stored[d]}
     if not deeper:
         return dg.SensorResult(skip_reason=dg.SkipReason("every near-duplicate queue reaches past its answers"),

@@ -154,7 +154,7 @@ def reference_labels(context: dg.AssetExecutionContext, inbox: InboxResource) ->
     "undo records kept (they cancel, never erase).",
 )
 def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
-    from noisycal_platform.cleaning.pipeline import answers_from_records
+    from noisycal_platform.cleaning.protocol import answers_from_records
 
     raw_frame, rejected = inbox.confirmations()
     frame = answers_from_records(raw_frame.drop("line").to_dicts())

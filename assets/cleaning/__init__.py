@@ -7,9 +7,9 @@
 - ``outcomes``: -> label_error_prevalence, agreement, ranking_quality, annotation_speedup, stopping_sensitivity,
   expert_vs_lay, cleaning_impact; ranking_vs_truth where the dataset ships a truth.json.
 
-Each body reads, calls one function of ``noisycal_platform.cleaning.pipeline`` and returns; the warehouse adds
-the ``dataset`` partition column. The assets are re-exported here, so ``dg.load_assets_from_modules`` finds the
-whole stage in this one module.
+Each body reads, calls one function of ``noisycal_platform.cleaning.pipeline.<the same module name>`` and
+returns; the warehouse adds the ``dataset`` partition column. The assets are re-exported here, so
+``dg.load_assets_from_modules`` finds the whole stage in this one module.
 """
 
 from assets.cleaning.confirmation import annotation_sessions, cleaned_file_list, confirmation_queue, confirmed_issues
@@ -24,6 +24,7 @@ from assets.cleaning.keys import (
     RANK_NEAR_DUPLICATES,
     SSL_ENCODER,
     n_stop_of,
+    queue_depths,
 )
 from assets.cleaning.outcomes import (
     agreement,
@@ -58,6 +59,7 @@ __all__ = [
     "label_error_prevalence",
     "n_stop_of",
     "neighbour_rankings",
+    "queue_depths",
     "rank_irrelevant",
     "ranking_quality",
     "ranking_vs_truth",

@@ -12,8 +12,21 @@ import polars as pl
 
 from assets.cleaning.keys import ANSWERS_IN, CONFIRMED_IN, RANKINGS_IN, answers_of, counts, n_stop_of
 from assets.policy import CLEANING
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline import protocol_tables
+from noisycal_platform.cleaning.pipeline.confirmation import (
+    cleaned_file_lists,
+    extending_issue_types,
+    queue_from_tables,
+    write_cleaned_file_lists,
+)
+from noisycal_platform.cleaning.pipeline.schemas import (
+    CLEANED_LIST_SCHEMA,
+    CONFIRMED_SCHEMA,
+    QUEUE_SCHEMA,
+    SESSION_ENDINGS_SCHEMA,
+)
 from noisycal_platform.cleaning.protocol import ISSUE_TYPES, RULES
+from noisycal_platform.cleaning.sessions import session_endings
 from noisycal_platform.confirm_app.queue import write_snapshot
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
@@ -23,7 +36,7 @@ __all__ = ["annotation_sessions", "cleaned_file_list", "confirmation_queue", "co
 
 @CLEANING.asset(
     ins=RANKINGS_IN,
-    schema=cp.QUEUE_SCHEMA,
+    schema=QUEUE_SCHEMA,
     description="The candidates annotators confirm, in ranking order per issue type (rank never shown). "
     "Also exported atomically to exports/confirmation_queue/<dataset>.parquet + .meta.json "
     "for the confirmation web tool.",
@@ -38,14 +51,14 @@ def confirmation_queue(
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
     dataset, exports = context.partition_key, inbox.layout.queue_exports
-    queue = cp.queue_from_tables(
+    queue = queue_from_tables(
         dataset, images, rank_irrelevant, rank_near_duplicates, rank_label_errors,
         max_per_type=settings.queue_max_per_type,
     )
     meta = write_snapshot(
         exports, dataset, queue, dataset_root=str(images["root"][0]), stopping_count=n_stop_of(settings),
         p_chance=settings.p_chance, p_plus=settings.p_plus,
-        extending=cp.extending_issue_types(images, rank_near_duplicates, settings.queue_max_per_type),
+        extending=extending_issue_types(images, rank_near_duplicates, settings.queue_max_per_type),
     )
     return dg.Output(
         queue,
@@ -98,25 +111,25 @@ def _session_counts(answers: pl.DataFrame, frame: pl.DataFrame) -> dict[str, int
 
 confirmed_issues = _along_queue(
     "confirmed_issues",
-    cp.CONFIRMED_SCHEMA,
+    CONFIRMED_SCHEMA,
     "Per candidate: yes/no counts of the expert panel after undos, and whether the panel "
     "confirmed it unanimously and by majority (seed 001 §3.3).",
-    partial(cp.confirmed_issues, roles=cp.PANEL_ROLES),
+    partial(protocol_tables.confirmed_issues, roles=protocol_tables.PANEL_ROLES),
     _verdict_counts,
 )
 annotation_sessions = _along_queue(
     "annotation_sessions",
-    cp.SESSION_ENDINGS_SCHEMA,
+    SESSION_ENDINGS_SCHEMA,
     "Per annotator and issue type: candidates answered along the queue, yes count, and whether the "
     "stopping rule or the end of the candidates ended the session (null = still open; seed 001 Figure 9).",
-    cp.session_endings_table,
+    session_endings,
     _session_counts,
 )
 
 
 @CLEANING.asset(
     ins=CONFIRMED_IN,
-    schema=cp.CLEANED_LIST_SCHEMA,
+    schema=CLEANED_LIST_SCHEMA,
     description="The cleaned file list per aggregation rule: confirmed irrelevant samples dropped, one image "
     "kept per confirmed near-duplicate group (seeded); label errors are not removed. Exported as "
     "exports/cleaned_file_lists/<dataset>_<rule>.csv (one column file_name).",
@@ -128,6 +141,6 @@ def cleaned_file_list(
     inbox: InboxResource,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    lists = cp.cleaned_file_lists(images, confirmed_issues, seed=settings.seed)
-    kept = cp.write_cleaned_file_lists(inbox.layout.cleaned_lists, context.partition_key, lists)
+    lists = cleaned_file_lists(images, confirmed_issues, seed=settings.seed)
+    kept = write_cleaned_file_lists(inbox.layout.cleaned_lists, context.partition_key, lists)
     return dg.Output(lists, metadata={"images": images.height, **{f"kept_{r}": n for r, n in kept.items()}})

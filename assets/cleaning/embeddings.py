@@ -9,7 +9,15 @@ import polars as pl
 from assets.cleaning.keys import IMAGES_IN, SSL_ENCODER
 from assets.policy import CLEANING, COMPUTE
 from assets.progress import epoch_progress, timed
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.embeddings import (
+    EMBEDDING_KINDS,
+    embedding_matrix,
+    embeddings_table,
+    encoder_choice,
+    encoder_config,
+    ssl_encoder_table,
+)
+from noisycal_platform.cleaning.pipeline.schemas import EMBEDDINGS_SCHEMA, ENCODER_SCHEMA
 from resources.compute import ComputeResource
 from resources.executor import kernel_client
 from resources.inbox import InboxResource
@@ -21,7 +29,7 @@ __all__ = ["embeddings", "ssl_encoder"]
 @CLEANING.asset(
     **COMPUTE,
     ins=IMAGES_IN,
-    schema=cp.ENCODER_SCHEMA,
+    schema=ENCODER_SCHEMA,
     description="The dataset's encoder, chosen from its images (encoder: auto; the choice and why in the metadata): "
     "a frozen ImageNet EfficientNet-Lite for real photographs, or for tiny images a DINO ViT trained from random "
     "initialisation on the dataset's own images (seed 001 §3.6), weights in artifacts/<sha256>.pt (loaded with "
@@ -34,12 +42,12 @@ def ssl_encoder(
     compute: ComputeResource,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    config = cp.encoder_config(
+    config = encoder_config(
         settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
     )
     compute.apply_threads()
-    choice = cp.encoder_choice(images, **settings.encoder_keys())
-    frame = cp.ssl_encoder_table(
+    choice = encoder_choice(images, **settings.encoder_keys())
+    frame = ssl_encoder_table(
         images,
         config,
         preset=settings.encoder_preset,
@@ -65,7 +73,7 @@ def ssl_encoder(
 @CLEANING.asset(
     **COMPUTE,
     ins={**IMAGES_IN, "ssl_encoder": dg.AssetIn(SSL_ENCODER)},
-    schema=cp.EMBEDDINGS_SCHEMA,
+    schema=EMBEDDINGS_SCHEMA,
     description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "
     "non-learned baseline (downsampled pixels + colour histogram), cached by content hash.",
 )
@@ -80,7 +88,7 @@ def embeddings(
     encoder = ssl_encoder.row(0, named=True)
     compute.apply_threads()  # torch intra-op threads of the frozen encoder's forward pass (0 = torch default)
     with kernel_client(settings) as client:
-        frame, hit = cp.embeddings_table(
+        frame, hit = embeddings_table(
             images,
             encoder,
             inbox.layout.cache / "embeddings",
@@ -88,7 +96,7 @@ def embeddings(
             timed=lambda label, n, fn: timed(context, label, n, fn),
             client=client,
         )
-    dims = {f"dim_{k}": cp.embedding_matrix(frame, k).shape[1] for k in cp.EMBEDDING_KINDS}
+    dims = {f"dim_{k}": embedding_matrix(frame, k).shape[1] for k in EMBEDDING_KINDS}
     meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
             "encoder_sha256": encoder["sha256"]}
     return dg.Output(frame, metadata=meta)

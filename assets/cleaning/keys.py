@@ -1,11 +1,17 @@
-"""What the cleaning sub-stages share: their asset keys, their input maps and the partition's answers."""
+"""What the cleaning sub-stages share: their asset keys, their input maps, the partition's answers and the
+near-duplicate queue's depth (read here from ``inbox/confirmations``: the library takes frames)."""
+
+from collections.abc import Sequence
 
 import dagster as dg
 import polars as pl
 
 from assets.policy import CLEANING
 from assets.raw import CONFIRMATIONS, IMAGES
-from noisycal_platform.cleaning.protocol import stopping_count
+from noisycal_platform.cleaning.pipeline.confirmation import near_duplicate_queue_depths
+from noisycal_platform.cleaning.protocol import answers_from_records, stopping_count
+from noisycal_platform.ingest import read_confirmation_records
+from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 
 __all__ = [
@@ -26,6 +32,7 @@ __all__ = [
     "answers_of",
     "counts",
     "n_stop_of",
+    "queue_depths",
 ]
 
 SSL_ENCODER, EMBEDDINGS = (CLEANING.key(n) for n in ("ssl_encoder", "embeddings"))
@@ -63,3 +70,11 @@ def answers_of(context: dg.AssetExecutionContext, confirmations: pl.DataFrame) -
 def counts(frame: pl.DataFrame, column: str, prefix: str) -> dict[str, int]:
     """Metadata ``<prefix>_<value>``: the number of rows per value of ``column`` (a null value reads ``open``)."""
     return {f"{prefix}_{v or 'open'}": n for v, n in frame.group_by(column).len().sort(column).iter_rows()}
+
+
+def queue_depths(inbox: InboxResource, settings: SettingsResource, datasets: Sequence[str]) -> dict[str, int]:
+    """Per dataset, the pairs its near-duplicate ranking must hold: two stopping runs beyond the deepest answer in
+    ``inbox/confirmations`` (:func:`~noisycal_platform.cleaning.pipeline.confirmation.near_duplicate_queue_depths`)."""
+    answers = answers_from_records(read_confirmation_records(inbox.layout)[0].drop("line").to_dicts())
+    return near_duplicate_queue_depths(answers, datasets, initial=settings.near_duplicate_top_k,
+                                       n_stop=n_stop_of(settings))

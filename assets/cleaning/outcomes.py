@@ -19,10 +19,19 @@ from assets.cleaning.keys import (
     answers_of,
 )
 from assets.policy import CLEANING
-from noisycal_platform.cleaning import pipeline as cp
-from noisycal_platform.cleaning.agreement import AGREEMENT_SCHEMA
-from noisycal_platform.cleaning.expert_lay import DIFF_SCHEMA, TEST_SCHEMA
-from noisycal_platform.cleaning.sensitivity import SENSITIVITY_SCHEMA
+from noisycal_platform.cleaning.pipeline import outcomes, protocol_tables
+from noisycal_platform.cleaning.pipeline.protocol_tables import PANEL_ROLES, image_files
+from noisycal_platform.cleaning.pipeline.schemas import (
+    AGREEMENT_SCHEMA,
+    CLEANING_IMPACT_SCHEMA,
+    DIFF_SCHEMA,
+    PREVALENCE_SCHEMA,
+    QUALITY_SCHEMA,
+    SENSITIVITY_SCHEMA,
+    SPEEDUP_SCHEMA,
+    TEST_SCHEMA,
+    TRUTH_SCHEMA,
+)
 from noisycal_platform.io import InputError, read_cleaning_scores
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -40,14 +49,14 @@ __all__ = [
 
 @CLEANING.asset(
     ins=CONFIRMED_IN,
-    schema=cp.PREVALENCE_SCHEMA,
+    schema=PREVALENCE_SCHEMA,
     description="Prevalence of confirmed label errors with a Clopper–Pearson 95% CI (label errors are "
     "reported, not removed: seed 001 §3.4).",
 )
 def label_error_prevalence(
     context: dg.AssetExecutionContext, images: pl.DataFrame, confirmed_issues: pl.DataFrame
 ) -> pl.DataFrame:
-    return cp.label_error_prevalence(confirmed_issues, cp.image_files(images), dataset=context.partition_key)
+    return protocol_tables.label_error_prevalence(confirmed_issues, image_files(images), dataset=context.partition_key)
 
 
 @CLEANING.asset(
@@ -58,29 +67,29 @@ def label_error_prevalence(
 )
 def agreement(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     answers = answers_of(context, confirmations)
-    return cp.agreement_table(answers, n_boot=settings.n_bootstrap_cleaning, seed=settings.seed)
+    return outcomes.agreement_table(answers, n_boot=settings.n_bootstrap_cleaning, seed=settings.seed)
 
 
 @CLEANING.asset(
     ins={"confirmed_issues": dg.AssetIn(CONFIRMED_ISSUES)},
-    schema=cp.QUALITY_SCHEMA,
+    schema=QUALITY_SCHEMA,
     description="Ranking quality against the unanimous answers on the items the whole panel saw: AUROC, "
     "AP and AUPRG with the positive rate as baseline.",
 )
 def ranking_quality(confirmed_issues: pl.DataFrame) -> pl.DataFrame:
-    return cp.ranking_quality_table(confirmed_issues)
+    return outcomes.ranking_quality_table(confirmed_issues)
 
 
 @CLEANING.asset(
     ins={**IMAGES_IN, **AFTER_QUEUE["ins"]},
     deps=AFTER_QUEUE["deps"],
-    schema=cp.SPEEDUP_SCHEMA,
+    schema=SPEEDUP_SCHEMA,
     description="Speed-up factor = 1 / fraction of candidates annotated (pairs out of N(N−1)/2), per issue "
     "type; the report adds the micro and macro averages over datasets.",
 )
 def annotation_speedup(context: dg.AssetExecutionContext, images: pl.DataFrame, confirmations: pl.DataFrame):
     answers = answers_of(context, confirmations)
-    return cp.dataset_speedup(answers, context.partition_key, images.height, roles=cp.PANEL_ROLES)
+    return outcomes.dataset_speedup(answers, context.partition_key, images.height, roles=PANEL_ROLES)
 
 
 @CLEANING.asset(
@@ -89,7 +98,7 @@ def annotation_speedup(context: dg.AssetExecutionContext, images: pl.DataFrame, 
     description="Stopping-rule sensitivity: issues detected as p_chance and p₊ grow from 0.05 to 1.",
 )
 def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.DataFrame) -> pl.DataFrame:
-    return cp.sensitivity_table(answers_of(context, confirmations), roles=cp.PANEL_ROLES)
+    return outcomes.sensitivity_table(answers_of(context, confirmations), roles=PANEL_ROLES)
 
 
 @CLEANING.multi_asset(
@@ -99,14 +108,14 @@ def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.Da
     "sign test (seed 001 §4.5), with the mean sign-flip permutation test as an extra column.",
 )
 def expert_vs_lay(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
-    diffs, tests = cp.expert_lay_table(answers_of(context, confirmations), seed=settings.seed)
+    diffs, tests = outcomes.expert_lay_table(answers_of(context, confirmations), seed=settings.seed)
     yield dg.Output(diffs, output_name="expert_lay_differences")
     yield dg.Output(tests, output_name="expert_lay_tests")
 
 
 @CLEANING.asset(
     ins={**IMAGES_IN, "cleaned_file_list": dg.AssetIn(CLEANED_FILE_LIST)},
-    schema=cp.CLEANING_IMPACT_SCHEMA,
+    schema=CLEANING_IMPACT_SCHEMA,
     description="Effect of cleaning on a model's evaluation (scores from models/<version>/cleaning/"
     "<dataset>.csv): AUROC, AP, AUPRG before vs after, paired bootstrap median and 95% CI of the "
     "difference; * when 0 lies outside the CI, ° when a bound is exactly 0.",
@@ -122,7 +131,7 @@ def cleaning_impact(
     version, path = model_registry.cleaning_scores_file(dataset) or (None, None)
     with failing_on(InputError, file=path):  # fails this dataset with the file, row and column; others go on
         scores = read_cleaning_scores(path) if path is not None else None
-    frame = cp.cleaning_impact_tables(
+    frame = outcomes.cleaning_impact_tables(
         scores, images, cleaned_file_list, dataset=dataset, model_version=version,
         n_boot=settings.n_bootstrap_cleaning, seed=settings.seed,
     )
@@ -134,7 +143,7 @@ def cleaning_impact(
 
 @CLEANING.asset(
     ins=RANKINGS_IN,
-    schema=cp.TRUTH_SCHEMA,
+    schema=TRUTH_SCHEMA,
     description="Where the dataset folder holds truth.json (known contamination, e.g. the demo): AUROC, AP, "
     "AUPRG and recall@k of each ranking against it, DINO vs the non-learned baseline.",
 )
@@ -146,9 +155,9 @@ def ranking_vs_truth(
     rank_label_errors: pl.DataFrame,
 ) -> dg.Output[pl.DataFrame]:
     ranks = (rank_irrelevant, rank_near_duplicates, rank_label_errors)
-    frame = cp.ranking_truth_tables(context.partition_key, images, *ranks)
+    frame = outcomes.ranking_truth_tables(context.partition_key, images, *ranks)
     if frame.height == 0:
-        return dg.Output(frame, metadata={"note": f"no {cp.TRUTH_FILE} in {images['root'][0]}"})
+        return dg.Output(frame, metadata={"note": f"no {outcomes.TRUTH_FILE} in {images['root'][0]}"})
     md = "\n".join(
         f"- {r['ranking']} / {r['issue_type']}: AUROC {r['auroc']:.3f}, AP {r['ap']:.3f}"
         for r in frame.iter_rows(named=True)

@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import dagster as dg
 import polars as pl
 
-from assets.cleaning.keys import EMBEDDED_IN, RANK_LABEL_ERRORS, RANK_NEAR_DUPLICATES, n_stop_of
+from assets.cleaning.keys import EMBEDDED_IN, RANK_LABEL_ERRORS, RANK_NEAR_DUPLICATES, queue_depths
 from assets.policy import CLEANING
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline import rankings
+from noisycal_platform.cleaning.pipeline.embeddings import encoder_choice
+from noisycal_platform.cleaning.pipeline.schemas import NEAR_DUPLICATE_SCHEMA, RANKING_SCHEMA
 from resources.executor import kernel_client
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
@@ -21,12 +23,12 @@ __all__ = ["neighbour_rankings", "rank_irrelevant"]
 
 @CLEANING.asset(
     ins=EMBEDDED_IN,
-    schema=cp.RANKING_SCHEMA,
+    schema=RANKING_SCHEMA,
     description="Irrelevant-sample ranking: single-linkage clustering, dendrogram-area walk (lower score = "
     "joins late and alone = more suspicious), per embedding kind (seed 001 §3.3).",
 )
 def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output[pl.DataFrame]:
-    frame = cp.irrelevant_table(images, embeddings)
+    frame = rankings.rank_irrelevant(images, embeddings)
     top = frame.filter(pl.col("embedding_kind") == "dino").head(5)["file_name"].to_list()
     return dg.Output(frame, metadata={"top_dino": ", ".join(top)})
 
@@ -36,7 +38,7 @@ NEAR_DUPLICATES, LABEL_ERRORS = RANK_NEAR_DUPLICATES.path[-1], RANK_LABEL_ERRORS
 
 
 @CLEANING.multi_asset(
-    {NEAR_DUPLICATES: cp.NEAR_DUPLICATE_SCHEMA, LABEL_ERRORS: cp.RANKING_SCHEMA},
+    {NEAR_DUPLICATES: NEAR_DUPLICATE_SCHEMA, LABEL_ERRORS: RANKING_SCHEMA},
     ins=EMBEDDED_IN,
     can_subset=True,
     descriptions={
@@ -54,11 +56,10 @@ def neighbour_rankings(context: dg.AssetExecutionContext, images: pl.DataFrame, 
                        inbox: InboxResource, settings: SettingsResource) -> Iterator[dg.Output]:
     # the queue extends as annotators go: two stopping runs beyond the deepest near-duplicate answered so far
     dataset, selected = context.partition_key, context.selected_output_names
-    depth = cp.near_duplicate_queue_depths(inbox.layout, [dataset], initial=settings.near_duplicate_top_k,
-                                           n_stop=n_stop_of(settings))[dataset]
-    choice = cp.encoder_choice(images, **settings.encoder_keys())
+    depth = queue_depths(inbox, settings, [dataset])[dataset]
+    choice = encoder_choice(images, **settings.encoder_keys())
     with kernel_client(settings) as client:
-        pairs, errors = cp.neighbour_rankings(
+        pairs, errors = rankings.neighbour_rankings(
             images, embeddings, depth, near_duplicates=NEAR_DUPLICATES in selected,
             label_errors=LABEL_ERRORS in selected, rerank=choice.rerank, k=choice.k, client=client,
         )

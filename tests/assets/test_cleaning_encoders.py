@@ -10,7 +10,9 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.embeddings import embedding_matrix, encoder_choice
+from noisycal_platform.cleaning.pipeline.rankings import rank_near_duplicates
+from noisycal_platform.cleaning.pipeline.schemas import NEAR_DUPLICATE_SCHEMA
 from orchestration.runner import instance_for
 from tests.assets._run import materialize, sql
 
@@ -106,7 +108,7 @@ def test_frozen_lite0_records_the_wheel_weights_sha256(lite0):
     assert _metadata(result, "cleaning__ssl_encoder")["sha256"] == expected
     assert _metadata(result, "cleaning__embeddings")["encoder_sha256"] == expected
     emb = sql(home, "SELECT * FROM cleaning.embeddings")
-    dino = cp.embedding_matrix(emb, "dino")
+    dino = embedding_matrix(emb, "dino")
     assert dino.shape == (11, 1280)
     assert np.allclose(np.linalg.norm(dino, axis=1), 1.0, rtol=1e-5)
 
@@ -114,7 +116,7 @@ def test_frozen_lite0_records_the_wheel_weights_sha256(lite0):
 def test_rerank_puts_the_rotated_copy_above_the_shared_texture(lite0):
     home, _ = lite0
     ranked = sql(home, "SELECT * FROM cleaning.rank_near_duplicates WHERE embedding_kind = 'dino'")
-    assert set(cp.NEAR_DUPLICATE_SCHEMA) <= set(ranked.columns)
+    assert set(NEAR_DUPLICATE_SCHEMA) <= set(ranked.columns)
     rotated = _pair_rank(ranked, "scene_0.png", "scene_0_rotated.png")
     assert rotated == 0
     row = ranked.filter(pl.col("rank") == rotated).row(0, named=True)
@@ -124,7 +126,7 @@ def test_rerank_puts_the_rotated_copy_above_the_shared_texture(lite0):
     # the seed's embedding-distance ranking (rerank off) of the same embeddings has the texture pair on top,
     # so the verification is what lifts the rotated copy; its verification columns stay null
     images = sql(home, "SELECT * FROM raw.images")
-    plain = cp.near_duplicate_rankings(images, sql(home, "SELECT * FROM cleaning.embeddings"), 50, rerank=False)
+    plain = rank_near_duplicates(images, sql(home, "SELECT * FROM cleaning.embeddings"), 50, rerank=False)
     assert plain["inliers"].null_count() == plain.height and plain["verified"].null_count() == plain.height
     plain_dino = plain.filter(pl.col("embedding_kind") == "dino")
     assert plain_dino.height == 50
@@ -164,7 +166,7 @@ def test_selfclean_dino_checkpoint_through_the_assets(tmp_path_factory):
     home, result = _home(tmp_path_factory, "dino", {"encoder_checkpoint": str(ckpt), "near_duplicate_top_k": 20})
     assert _metadata(result, "cleaning__ssl_encoder")["sha256"] == _sha256(ckpt)
     assert _metadata(result, "cleaning__ssl_encoder")["train_seconds"] == 0.0
-    assert cp.embedding_matrix(sql(home, "SELECT * FROM cleaning.embeddings"), "dino").shape == (11, 192)
+    assert embedding_matrix(sql(home, "SELECT * FROM cleaning.embeddings"), "dino").shape == (11, 192)
 
 
 def test_checkpoint_with_missing_keys_fails_the_encoder_step_naming_them(tmp_path_factory):
@@ -196,7 +198,7 @@ def test_d4_views_make_the_rotated_copy_coincide(tmp_path_factory):
     settings = {"encoder": "efficientnet-lite0", "encoder_views": "d4", "near_duplicate_top_k": 20}
     home, _ = _home(tmp_path_factory, "d4", settings)
     emb = sql(home, "SELECT * FROM cleaning.embeddings")
-    dino = cp.embedding_matrix(emb, "dino")
+    dino = embedding_matrix(emb, "dino")
     names = emb.filter(pl.col("embedding_kind") == "dino").sort("idx")["file_name"].to_list()
     a, b = dino[names.index("scene_0.png")], dino[names.index("scene_0_rotated.png")]
     assert float(a @ b) == pytest.approx(1.0, abs=1e-4)
@@ -254,6 +256,6 @@ def test_default_settings_keep_the_demo_digits_on_the_trained_dino(tmp_path):
                                        n_duplicate_pairs=2, n_duplicate_triples=0, n_flipped=2)
     images = read_image_dataset(demo.root).table("digits")
     settings = SettingsResource()
-    choice = cp.encoder_choice(images, **settings.encoder_keys())
+    choice = encoder_choice(images, **settings.encoder_keys())
     assert (choice.encoder, choice.rerank, choice.views, choice.image_size) == ("dino", False, "none", 0)
     assert settings.encoder_preset == "demo"

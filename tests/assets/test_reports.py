@@ -18,7 +18,15 @@ from PIL import Image
 from assets import reports
 from definitions import build_definitions
 from noisycal_platform.calibration.demo_data import write_demo_calibration_inputs, write_demo_model_version
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.outcomes import agreement_table, cleaning_impact_table, ranking_quality_table
+from noisycal_platform.cleaning.pipeline.protocol_tables import (
+    cleaned_file_list,
+    confirmation_queue,
+    confirmed_issues,
+    label_error_prevalence,
+)
+from noisycal_platform.cleaning.pipeline.schemas import SESSION_ENDINGS_SCHEMA, SPEEDUP_SCHEMA, TRUTH_SCHEMA
+from noisycal_platform.cleaning.protocol import answers_from_records
 from orchestration.runner import instance_for
 from resources.inbox import InboxResource
 from tests.asset_chains import CALIBRATION_INPUTS, CALIBRATION_PER_VERSION
@@ -38,25 +46,25 @@ def _day_one_frames(root, dataset="derm", n=20):
     rk = SimpleNamespace(order=np.arange(n)[::-1], scores=np.linspace(1, 0, n))
     pairs = np.array([[i, i + 1] for i in range(0, n - 1, 2)])
     pr = SimpleNamespace(pairs=pairs, scores=np.linspace(0.01, 0.5, len(pairs)))
-    queue = cp.confirmation_queue(dataset, rk, pr, rk, files)
-    no_answers = cp.answers_from_records([])
-    confirmed = cp.confirmed_issues(no_answers, queue)
+    queue = confirmation_queue(dataset, rk, pr, rk, files)
+    no_answers = answers_from_records([])
+    confirmed = confirmed_issues(no_answers, queue)
     images = files.with_columns(dataset=pl.lit(dataset), root=pl.lit(str(root)))
     empty = pl.DataFrame()  # an undeclared upstream that has produced nothing loads without columns
     return {
         "images": images,
         "confirmation_queue": queue,
         "confirmed_issues": confirmed,
-        "label_error_prevalence": cp.label_error_prevalence(confirmed, files, dataset=dataset),
-        "agreement": cp.agreement_table(no_answers),
-        "ranking_quality": cp.ranking_quality_table(confirmed),
-        "ranking_vs_truth": pl.DataFrame(schema=cp.TRUTH_SCHEMA),
+        "label_error_prevalence": label_error_prevalence(confirmed, files, dataset=dataset),
+        "agreement": agreement_table(no_answers),
+        "ranking_quality": ranking_quality_table(confirmed),
+        "ranking_vs_truth": pl.DataFrame(schema=TRUTH_SCHEMA),
         # a declared upstream that has produced nothing loads with its schema (resources/warehouse.py)
-        "annotation_speedup": pl.DataFrame(schema=cp.SPEEDUP_SCHEMA),
+        "annotation_speedup": pl.DataFrame(schema=SPEEDUP_SCHEMA),
         "cleaning_impact": empty,
         "stopping_sensitivity": empty,
         "expert_lay_tests": empty,
-        "annotation_sessions": pl.DataFrame(schema=cp.SESSION_ENDINGS_SCHEMA),
+        "annotation_sessions": pl.DataFrame(schema=SESSION_ENDINGS_SCHEMA),
     }
 
 
@@ -96,8 +104,8 @@ def test_dataset_without_cleaning_scores_coexists_with_one_that_has_them(tmp_pat
     rng = np.random.default_rng(1)
     preds = files.select("file_name").with_columns(target=pl.Series(np.arange(files.height) % 2),
                                                    score=pl.Series(rng.random(files.height)))
-    kept = cp.cleaned_file_list(files, a["confirmed_issues"])
-    frames["cleaning_impact"] = cp.cleaning_impact_table(preds, files, kept, dataset="scored", model_version="v1",
+    kept = cleaned_file_list(files, a["confirmed_issues"])
+    frames["cleaning_impact"] = cleaning_impact_table(preds, files, kept, dataset="scored", model_version="v1",
                                                          n_boot=20)
     with dg.build_asset_context(instance=dg.DagsterInstance.ephemeral()) as context:
         out = reports.cleaning(context, **frames, inbox=InboxResource(home=str(home)))

@@ -7,11 +7,13 @@ import numpy as np
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning import kernels
-from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.encoder import EncoderConfig, embed, save_encoder
 from noisycal_platform.cleaning.encoder._dino import Encoder
 from noisycal_platform.cleaning.encoder._vit import build_backbone
+from noisycal_platform.cleaning.pipeline import embeddings as pipeline_embeddings
+from noisycal_platform.cleaning.pipeline import rankings as pipeline_rankings
+from noisycal_platform.cleaning.pipeline.embeddings import EMBEDDING_KINDS, _embedding_frame, embedding_matrix
+from noisycal_platform.cleaning.pipeline.protocol_tables import image_files
 from noisycal_platform.cleaning.rankings import rank_label_errors, rank_near_duplicates
 from resources.executor import kernel_client
 from resources.settings import SettingsResource
@@ -47,23 +49,24 @@ def _tables(n=240, d=16, seed=5):
     images = pl.DataFrame({"idx": np.arange(n)[::-1].copy(), "file_name": [f"img_{i:04d}.png" for i in range(n)],
                            "label": labels.astype(str)})
     ordered = images.sort("idx")
-    return images, cp._embedding_frame(ordered, dino.astype(np.float32), base.astype(np.float32))
+    return images, _embedding_frame(ordered, dino.astype(np.float32), base.astype(np.float32))
 
 
 def test_the_chooser_runs_row_block_tasks_only_with_a_client():
     images, emb = _tables(n=120)
-    x, labels = cp.embedding_matrix(emb, "dino"), cp.image_files(images)["label"].to_numpy()
+    x, labels = embedding_matrix(emb, "dino"), image_files(images)["label"].to_numpy()
     inline = _InlineClient()
-    got, want = kernels.near_duplicates(x, 200, inline), rank_near_duplicates(x, 200)
-    assert inline.submitted == kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2  # B_a × B_b, a <= b
+    got, want = pipeline_rankings.near_duplicate_pairs(x, 200, inline), rank_near_duplicates(x, 200)
+    blocks = pipeline_rankings.ROW_BLOCKS
+    assert inline.submitted == blocks * (blocks + 1) // 2  # B_a × B_b, a <= b
     np.testing.assert_array_equal(got.pairs, want.pairs)
     np.testing.assert_array_equal(got.scores, want.scores)
-    got, want = kernels.label_errors(x, labels, inline), rank_label_errors(x, labels)
-    assert inline.submitted == 2 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
+    got, want = pipeline_rankings.label_error_ranking(x, labels, inline), rank_label_errors(x, labels)
+    assert inline.submitted == 2 * pipeline_rankings.ROW_BLOCKS * (pipeline_rankings.ROW_BLOCKS + 1) // 2
     np.testing.assert_array_equal(got.order, want.order)
     np.testing.assert_array_equal(got.scores, want.scores)
-    pairs, errors = kernels.near_duplicates_and_label_errors(x, 200, labels, inline)  # one pass for both
-    assert inline.submitted == 3 * kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
+    pairs, errors = pipeline_rankings.near_duplicates_and_label_errors(x, 200, labels, inline)  # one pass for both
+    assert inline.submitted == 3 * pipeline_rankings.ROW_BLOCKS * (pipeline_rankings.ROW_BLOCKS + 1) // 2
     np.testing.assert_array_equal(errors.order, want.order)
     np.testing.assert_array_equal(errors.scores, want.scores)
     want = rank_near_duplicates(x, 200)
@@ -73,17 +76,17 @@ def test_the_chooser_runs_row_block_tasks_only_with_a_client():
 
 def test_both_neighbour_rankings_share_one_pass_of_row_block_tasks():
     images, emb = _tables(n=120)
-    per_pass = kernels.ROW_BLOCKS * (kernels.ROW_BLOCKS + 1) // 2
-    want = cp.near_duplicate_rankings(images, emb, 300), cp.label_error_table(images, emb)
+    per_pass = pipeline_rankings.ROW_BLOCKS * (pipeline_rankings.ROW_BLOCKS + 1) // 2
+    want = pipeline_rankings.rank_near_duplicates(images, emb, 300), pipeline_rankings.rank_label_errors(images, emb)
     inline = _InlineClient()
-    pairs, errors = cp.neighbour_rankings(images, emb, 300, client=inline)
-    assert inline.submitted == len(cp.EMBEDDING_KINDS) * per_pass  # one pass per kind, not one per ranking
+    pairs, errors = pipeline_rankings.neighbour_rankings(images, emb, 300, client=inline)
+    assert inline.submitted == len(EMBEDDING_KINDS) * per_pass  # one pass per kind, not one per ranking
     assert pairs.equals(want[0]) and errors.equals(want[1])
-    assert cp.neighbour_rankings(images, emb, 300)[0].equals(want[0])  # and in this process, no client
+    assert pipeline_rankings.neighbour_rankings(images, emb, 300)[0].equals(want[0])  # and in this process, no client
     inline = _InlineClient()
-    pairs, errors = cp.neighbour_rankings(images, emb, 300, label_errors=False, client=inline)
-    assert errors is None and pairs.equals(want[0]) and inline.submitted == len(cp.EMBEDDING_KINDS) * per_pass
-    pairs, errors = cp.neighbour_rankings(images, emb, 300, near_duplicates=False)
+    pairs, errors = pipeline_rankings.neighbour_rankings(images, emb, 300, label_errors=False, client=inline)
+    assert errors is None and pairs.equals(want[0]) and inline.submitted == len(EMBEDDING_KINDS) * per_pass
+    pairs, errors = pipeline_rankings.neighbour_rankings(images, emb, 300, near_duplicates=False)
     assert pairs is None and errors.equals(want[1])
 
 
@@ -111,15 +114,16 @@ def test_cleaning_tables_on_a_local_cluster_equal_the_single_process_tables(tmp_
     sha, path = save_encoder(enc, tmp_path / "artifacts")
     pixels = np.random.default_rng(1).integers(0, 256, size=(90, 3, 32, 32), dtype=np.uint8)
     with distributed.Client(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as client:
-        pairs, errors = cp.neighbour_rankings(images, emb, 500, client=client)
-        kernels_sharded = kernels.SHARD_ROWS
-        kernels.SHARD_ROWS = 25  # four shards of 90 images
+        pairs, errors = pipeline_rankings.neighbour_rankings(images, emb, 500, client=client)
+        kernels_sharded = pipeline_embeddings.SHARD_ROWS
+        pipeline_embeddings.SHARD_ROWS = 25  # four shards of 90 images
         try:
-            vectors = kernels.dino_embeddings(path, sha, pixels, tmp_path / "cache", device="cpu", client=client)
+            vectors = pipeline_embeddings.dino_embeddings(path, sha, pixels, tmp_path / "cache", device="cpu",
+                                                          client=client)
         finally:
-            kernels.SHARD_ROWS = kernels_sharded
-    assert pairs.equals(cp.near_duplicate_rankings(images, emb, 500))
-    assert errors.equals(cp.label_error_table(images, emb))
+            pipeline_embeddings.SHARD_ROWS = kernels_sharded
+    assert pairs.equals(pipeline_rankings.rank_near_duplicates(images, emb, 500))
+    assert errors.equals(pipeline_rankings.rank_label_errors(images, emb))
     assert pairs.height == 2 * 500 and errors.height == 2 * images.height
     np.testing.assert_allclose(vectors, embed(enc, pixels), rtol=0, atol=1e-5)
     assert not list((tmp_path / "cache").iterdir())  # the shard file lived in a removed temporary folder

@@ -64,7 +64,7 @@ def _tables(home) -> dict[str, pl.DataFrame]:
 
 
 #: Wall-clock stamps and durations (when a run ingested or registered an input, ``ingest.py``, ``assets/raw.py``;
-#: how long the encoder trained, ``cleaning/pipeline.py``): they differ between any two runs, so they are
+#: how long the encoder trained, ``cleaning/pipeline/embeddings.py``): they differ between any two runs, so they are
 #: compared by type only.
 WALL_CLOCK = {"ingested_at", "registered_at", "train_seconds", "images_per_second"}
 

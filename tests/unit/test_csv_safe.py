@@ -8,7 +8,7 @@ import json
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning.pipeline import write_cleaned_file_lists
+from noisycal_platform.cleaning.pipeline.confirmation import write_cleaned_file_lists
 from noisycal_platform.correctness import audit_workflow as aw
 from noisycal_platform.correctness.demo_data import write_demo_correctness_inputs
 from noisycal_platform.spreadsheet import parquet_twin, safe_cell, unsafe_cell

@@ -15,8 +15,8 @@ from noisycal_platform.confirm_app.queue import QueueRegistry
 
 @pytest.mark.parametrize("seed", range(3))
 def test_replay_matches_the_pipelines_effective_answers(fx, seed):
-    from noisycal_platform.cleaning import pipeline as cp
-    from noisycal_platform.cleaning.protocol import effective_answers, session_stop_index
+    from noisycal_platform.cleaning.pipeline.protocol_tables import confirmed_issues
+    from noisycal_platform.cleaning.protocol import answers_from_records, effective_answers, session_stop_index
 
     rng = np.random.default_rng(seed)
     snap = QueueRegistry(fx.home).get("derm")
@@ -37,7 +37,7 @@ def test_replay_matches_the_pipelines_effective_answers(fx, seed):
                 assert out.kind == "recorded"
 
     records = log.records("e1") + log.records("e2") + log.records("l1")
-    answers = cp.answers_from_records(records)
+    answers = answers_from_records(records)
     theirs = effective_answers(answers)
     for name in ("e1", "e2", "l1"):
         for issue_type in ("irrelevant", "near_duplicate", "label_error"):
@@ -60,7 +60,7 @@ def test_replay_matches_the_pipelines_effective_answers(fx, seed):
     tables = {t["issue_type"]: t["counts"] for t in _admin_tables(QueueRegistry(fx.home), log,
                                                                    AnnotatorStore(fx.home))}
     for role in ("expert", "lay"):
-        conf = cp.confirmed_issues(answers, queue, roles=(role,))
+        conf = confirmed_issues(answers, queue, roles=(role,))
         for issue_type, counts in tables.items():
             part = conf.filter(pl.col("issue_type") == issue_type)
             assert counts[role]["unanimous"] == int(part["unanimous"].sum()), (role, issue_type)

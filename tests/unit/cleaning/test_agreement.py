@@ -16,8 +16,7 @@ from noisycal_platform.cleaning.agreement import (
     percentile_ci,
     reliability_matrix,
 )
-from noisycal_platform.cleaning.pipeline import answers_from_records
-from noisycal_platform.cleaning.protocol import effective_answers
+from noisycal_platform.cleaning.protocol import answers_from_records, effective_answers
 from noisycal_platform.metrics import bootstrap_counts
 from tests.unit.cleaning._answers import answer_record, stamp
 

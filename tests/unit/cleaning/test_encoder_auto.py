@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 from noisycal_platform.cleaning.encoder import choose_encoder
 from noisycal_platform.cleaning.encoder.auto import CHOICE_SCHEMA, MIN_PHOTO_SIDE
 from noisycal_platform.cleaning.images import read_image_dataset
+from noisycal_platform.cleaning.pipeline.embeddings import encoder_choice
+from noisycal_platform.cleaning.pipeline.schemas import ENCODER_SCHEMA
 
 
 def _write_images(root, sizes: list[tuple[int, int]], seed: int = 0) -> None:
@@ -37,11 +38,11 @@ def _images(root, name: str):
 def test_photographs_get_the_frozen_lite0_with_verification_and_tiny_images_the_dino(tmp_path):
     _write_images(tmp_path / "photos", [(200, 150)] * 6 + [(150, 200)] * 4)  # HAM10000-like, both orientations
     _write_images(tmp_path / "tiny", [(32, 32)] * 10)
-    photos = cp.encoder_choice(_images(tmp_path / "photos", "photos"))
+    photos = encoder_choice(_images(tmp_path / "photos", "photos"))
     assert (photos.encoder, photos.rerank, photos.k, photos.input_size) == ("efficientnet-lite0", True, 10, 160)
     assert photos.short_side == 150.0 and photos.setting == "auto"
     assert "real photographs" in photos.reason and "150 px" in photos.reason
-    tiny = cp.encoder_choice(_images(tmp_path / "tiny", "tiny"))
+    tiny = encoder_choice(_images(tmp_path / "tiny", "tiny"))
     assert (tiny.encoder, tiny.rerank, tiny.input_size, tiny.views) == ("dino", False, 0, "none")
     assert tiny.short_side == 32.0 and "tiny images" in tiny.reason
 
@@ -59,7 +60,7 @@ def test_the_demo_digits_resolve_to_the_previous_defaults(tmp_path):
     """The bundled demo (32 px digits) keeps the trained DINO, the ``demo`` preset and the plain ranking."""
     demo = write_demo_cleaning_dataset(tmp_path, name="digits", seed=0, n_digits=40, n_irrelevant=2,
                                        n_duplicate_pairs=2, n_duplicate_triples=0, n_flipped=2)
-    choice = cp.encoder_choice(_images(Path(demo.root), "digits"), encoder="auto", rerank="auto", preset="demo")
+    choice = encoder_choice(_images(Path(demo.root), "digits"), encoder="auto", rerank="auto", preset="demo")
     assert (choice.encoder, choice.checkpoint, choice.views, choice.image_size, choice.rerank) == (
         "dino", "", "none", 0, False)
 
@@ -99,5 +100,5 @@ def test_bad_settings_are_named():
 def test_metadata_fills_exactly_the_choice_columns():
     meta = choose_encoder([150] * 3).metadata()
     assert list(meta) == list(CHOICE_SCHEMA)
-    assert set(CHOICE_SCHEMA) <= set(cp.ENCODER_SCHEMA)
+    assert set(CHOICE_SCHEMA) <= set(ENCODER_SCHEMA)
     assert meta["encoder_resolved"] == "efficientnet-lite0" and meta["near_duplicate_rerank"] is True

@@ -8,8 +8,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from noisycal_platform.cleaning.expert_lay import expert_lay_differences, expert_lay_tests, sign_flip_test, sign_test
-from noisycal_platform.cleaning.pipeline import answers_from_records
-from noisycal_platform.cleaning.protocol import effective_answers
+from noisycal_platform.cleaning.protocol import answers_from_records, effective_answers
 from tests.unit.cleaning._answers import answer_record, stamp
 
 

@@ -12,7 +12,10 @@ import polars as pl
 import pytest
 
 from noisycal_platform.cleaning import embedding_cache
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.outcomes import TRUTH_FILE, cleaning_impact_tables
+from noisycal_platform.cleaning.pipeline.protocol_tables import confirmation_queue
+from noisycal_platform.cleaning.pipeline.schemas import CLEANING_IMPACT_SCHEMA, PAIR_RANKING_SCHEMA, RANKING_SCHEMA
+from noisycal_platform.cleaning.ranking_quality import read_truth, speedup_averages
 from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
 from noisycal_platform.confirm_app.queue import QueueRegistry, snapshot_folder, write_snapshot
 from noisycal_platform.io import InputError, read_cleaning_scores
@@ -23,7 +26,7 @@ FILES = pl.DataFrame({"file_name": ["a.png", "b.png", "c.png", "d.png"], "label"
 def test_ranking_round_trips_through_its_table():
     r = Ranking(order=[2, 0, 3, 1], scores=[0.5, 0.9, 0.1, 0.7])
     table = r.to_frame(FILES, "dino")
-    assert table.columns == list(cp.RANKING_SCHEMA)
+    assert table.columns == list(RANKING_SCHEMA)
     assert table["rank"].to_list() == [0, 1, 2, 3]
     assert table["file_name"].to_list() == ["c.png", "a.png", "d.png", "b.png"]
     assert table["label"].to_list() == ["0", "0", "1", "1"]
@@ -53,7 +56,7 @@ def test_ranking_tables_are_validated():
 def test_pair_ranking_round_trips_through_its_table():
     p = PairRanking(pairs=[[0, 2], [1, 3]], scores=[0.01, 0.2])
     table = p.to_frame(FILES, "baseline")
-    assert table.columns == list(cp.PAIR_RANKING_SCHEMA)
+    assert table.columns == list(PAIR_RANKING_SCHEMA)
     assert table["file_name_1"].to_list() == ["a.png", "b.png"]
     assert table["file_name_2"].to_list() == ["c.png", "d.png"]
     back = PairRanking.from_frame(table.reverse())
@@ -126,7 +129,7 @@ def test_the_encoder_is_trained_once_per_dataset_and_config(tmp_path, fake_train
 
 
 def test_the_snapshot_written_is_the_snapshot_the_web_tool_reads(tmp_path):
-    queue = cp.confirmation_queue(
+    queue = confirmation_queue(
         "ds1",
         Ranking(order=[3, 1, 0, 2], scores=[0.3, 0.1, 0.4, 0.0]),
         PairRanking(pairs=[[2, 0]], scores=[0.05]),
@@ -169,23 +172,23 @@ def test_cleaning_scores_are_read_through_their_contract(tmp_path):
 
 
 def test_no_scores_give_an_empty_table_with_the_scored_columns():
-    empty = cp.cleaning_impact_tables(None, pl.DataFrame(), pl.DataFrame(), dataset="d", model_version=None)
-    assert empty.height == 0 and empty.schema == pl.Schema(cp.CLEANING_IMPACT_SCHEMA)
+    empty = cleaning_impact_tables(None, pl.DataFrame(), pl.DataFrame(), dataset="d", model_version=None)
+    assert empty.height == 0 and empty.schema == pl.Schema(CLEANING_IMPACT_SCHEMA)
 
 
 def test_truth_is_read_from_the_dataset_folder(tmp_path):
-    assert cp.read_truth(tmp_path) is None
-    (tmp_path / cp.TRUTH_FILE).write_text(
+    assert read_truth(tmp_path) is None
+    (tmp_path / TRUTH_FILE).write_text(
         json.dumps(
             {"irrelevant": ["x.png"], "near_duplicates": [["b.png", "a.png"]], "flipped": [{"file_name": "c.png"}]}
         )
     )
-    truth = cp.read_truth(tmp_path)
+    truth = read_truth(tmp_path)
     assert truth.irrelevant == {"x.png"} and truth.label_errors == {"c.png"}
     assert truth.near_duplicates == {("a.png", "b.png")}
-    (tmp_path / cp.TRUTH_FILE).write_text('{"irrelevant": []}')
+    (tmp_path / TRUTH_FILE).write_text('{"irrelevant": []}')
     with pytest.raises(ValueError, match=r"truth\.json: not a truth file"):
-        cp.read_truth(tmp_path)
+        read_truth(tmp_path)
 
 
 def _answers(dataset: str, n: int, annotators: int) -> list[dict]:
@@ -210,7 +213,7 @@ def test_per_dataset_speedups_plus_averages_equal_the_all_datasets_table():
 
     whole = speedup_table(eff, sizes)
     parts = pl.concat([speedup_table(eff.filter(pl.col("dataset") == d), {d: n}).head(1) for d, n in sizes.items()])
-    combined = cp.speedup_averages(parts)
+    combined = speedup_averages(parts)
     assert combined.equals(whole)
     micro = combined.filter(pl.col("dataset") == "micro-average")["speed_up"][0]
     assert micro == pytest.approx((40 + 30) / (4 + 6), rel=1e-12)  # Σ n_total / Σ mean answered

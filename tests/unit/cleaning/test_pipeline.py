@@ -9,7 +9,25 @@ import polars as pl
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.outcomes import (
+    agreement_table,
+    cleaning_impact_table,
+    expert_lay_table,
+    ranking_quality_table,
+    sensitivity_table,
+    speedup,
+)
+from noisycal_platform.cleaning.pipeline.protocol_tables import (
+    cleaned_file_list,
+    confirmation_queue,
+    confirmed_issues,
+    issue_table,
+    label_error_prevalence,
+    removed_files,
+)
+from noisycal_platform.cleaning.pipeline.schemas import ANSWER_SCHEMA, CONFIRMED_SCHEMA, QUEUE_SCHEMA
+from noisycal_platform.cleaning.protocol import answers_from_records
+from noisycal_platform.cleaning.ranking_quality import ranking_truth_table
 from noisycal_platform.cleaning.simulate import Rater, Truth, simulate_answers
 from tests.unit.cleaning._answers import answer_record, stamp
 
@@ -38,8 +56,8 @@ def test_confirmation_queue_schema_and_order():
     files = FILES.with_columns(
         pl.Series("file_name", [f"z{i:02d}" if i == 5 else f"a{i:02d}" for i in range(N)])
     )
-    q = cp.confirmation_queue("ds", ranking([3, 1, 0]), pairs([[0, 5], [2, 4]]), ranking([7, 8]), files)
-    assert q.schema == pl.Schema(cp.QUEUE_SCHEMA)
+    q = confirmation_queue("ds", ranking([3, 1, 0]), pairs([[0, 5], [2, 4]]), ranking([7, 8]), files)
+    assert q.schema == pl.Schema(QUEUE_SCHEMA)
     irr = q.filter(pl.col("issue_type") == "irrelevant")
     assert irr["item_id"].to_list() == ["a03", "a01", "a00"] and irr["position"].to_list() == [0, 1, 2]
     assert irr["label"].null_count() == 3
@@ -47,18 +65,18 @@ def test_confirmation_queue_schema_and_order():
     assert le["label"].to_list() == ["1", "2"]
     nd = q.filter(pl.col("issue_type") == "near_duplicate")
     assert nd.rows()[0][3:5] == ("a00", "z05")  # stored sorted
-    short = cp.confirmation_queue("ds", ranking(range(N)), None, None, files, max_per_type=4)
+    short = confirmation_queue("ds", ranking(range(N)), None, None, files, max_per_type=4)
     assert short.height == 4
     with pytest.raises(ValueError, match="out of range"):
-        cp.confirmation_queue("ds", ranking([0, N]), None, None, files)
+        confirmation_queue("ds", ranking([0, N]), None, None, files)
     with pytest.raises(ValueError, match="pairs"):
-        cp.confirmation_queue("ds", None, pairs([[1, 1]]), None, files)
+        confirmation_queue("ds", None, pairs([[1, 1]]), None, files)
 
 
 def test_answers_from_records_validation():
     good = rec("a", "e1", "near_duplicate", "im05.png", "yes", 0, 1, b="im01.png")
-    df = cp.answers_from_records([good, dict(good)], source_file="e1.jsonl")
-    assert df.height == 1 and df.schema == pl.Schema(cp.ANSWER_SCHEMA)
+    df = answers_from_records([good, dict(good)], source_file="e1.jsonl")
+    assert df.height == 1 and df.schema == pl.Schema(ANSWER_SCHEMA)
     assert df.row(0, named=True)["item_id"] == "im01.png" and df["source_file"][0] == "e1.jsonl"
     bad = [
         ({**good, "answer": "maybe"}, "answer"),
@@ -73,13 +91,13 @@ def test_answers_from_records_validation():
     ]
     for r, msg in bad:
         with pytest.raises(ValueError, match=msg):
-            cp.answers_from_records([r])
+            answers_from_records([r])
     with pytest.raises(ValueError, match="different content"):
-        cp.answers_from_records([good, {**good, "answer": "no"}])
+        answers_from_records([good, {**good, "answer": "no"}])
 
 
 def test_confirmed_issues_join_and_cleaned_list_chain():
-    q = cp.confirmation_queue(
+    q = confirmation_queue(
         "ds", ranking([0, 1, 2]), pairs([[3, 4], [4, 5], [6, 7]]), ranking([9, 10]), FILES
     )
     recs, t = [], 0
@@ -96,8 +114,8 @@ def test_confirmed_issues_join_and_cleaned_list_chain():
         t += 2
     recs.append(rec("old", "e1", "irrelevant", "im11.png", "yes", 7, 59))  # not in the current queue
     recs.append(rec("lay", "l1", "irrelevant", "im01.png", "yes", 1, 58, role="lay"))
-    conf = cp.confirmed_issues(cp.answers_from_records(recs), q)
-    assert conf.schema == pl.Schema(cp.CONFIRMED_SCHEMA)
+    conf = confirmed_issues(answers_from_records(recs), q)
+    assert conf.schema == pl.Schema(CONFIRMED_SCHEMA)
     assert conf.height == q.height + 1
     old = conf.filter(pl.col("item_id") == "im11.png").row(0, named=True)
     assert old["position"] is None and old["n_yes"] == 1 and not old["unanimous"]
@@ -106,25 +124,25 @@ def test_confirmed_issues_join_and_cleaned_list_chain():
     assert (
         conf.filter(pl.col("item_id") == "im01.png")["n_yes"][0] == 0
     )  # lay answers not in the expert panel
-    rem = cp.removed_files(FILES, conf, "unanimous", seed=0)
+    rem = removed_files(FILES, conf, "unanimous", seed=0)
     reasons = dict(rem.iter_rows())
     assert reasons.pop("im00.png") == "irrelevant"
     assert len(reasons) == 2 and set(reasons) < {"im03.png", "im04.png", "im05.png"}  # chain keeps one
     assert "im09.png" not in reasons  # label errors are never removed
-    kept = cp.cleaned_file_list(FILES, conf, "unanimous", seed=0)
+    kept = cleaned_file_list(FILES, conf, "unanimous", seed=0)
     assert kept.columns == ["file_name"] and kept.height == N - 3
     assert kept["file_name"].to_list() == [
         f for f in FILES["file_name"] if f not in rem["file_name"].to_list()
     ]
-    prev = cp.label_error_prevalence(conf, FILES).filter(pl.col("rule") == "unanimous").row(0, named=True)
+    prev = label_error_prevalence(conf, FILES).filter(pl.col("rule") == "unanimous").row(0, named=True)
     assert prev["n_label_errors"] == 1 and prev["prevalence"] == pytest.approx(1 / N)
-    table = cp.issue_table(conf, {"ds": N})
+    table = issue_table(conf, {"ds": N})
     got = {(r["rule"], r["issue_type"]): r["n_issues"] for r in table.iter_rows(named=True)}
     assert (
         got[("unanimous", "near_duplicate")] == 2 and got[("majority", "irrelevant")] == 1
     )  # im11: 1 of 2 is not > half
     with pytest.raises(ValueError, match="rule"):
-        cp.cleaned_file_list(FILES, conf, "plurality")
+        cleaned_file_list(FILES, conf, "plurality")
 
 
 def test_ranking_truth_table_against_brute_force_over_all_pairs():
@@ -134,7 +152,7 @@ def test_ranking_truth_table_against_brute_force_over_all_pairs():
         near_duplicates=[("im03.png", "im02.png"), ("im05.png", "im06.png"), ("im00.png", "im01.png")],
         label_errors=["im04.png"],
     )
-    out = cp.ranking_truth_table(
+    out = ranking_truth_table(
         "ds",
         FILES,
         truth,
@@ -165,7 +183,7 @@ def test_end_to_end_perfect_raters_recover_truth():
         near_duplicates=[("p010", "p011"), ("p011", "p012")],
         label_errors=["p020"],
     )
-    q = cp.confirmation_queue(
+    q = confirmation_queue(
         "ds",
         ranking(range(80)),
         pairs([[10, 11], [11, 12], [0, 1], [30, 31]]),
@@ -176,34 +194,34 @@ def test_end_to_end_perfect_raters_recover_truth():
     recs = simulate_answers(
         q.with_columns(pl.lit("ds").alias("dataset")), truth, raters, seed=0, undo_rate=0.1
     )
-    answers = cp.answers_from_records(recs)
-    conf = cp.confirmed_issues(answers, q)
+    answers = answers_from_records(recs)
+    conf = confirmed_issues(answers, q)
     found = conf.filter(pl.col("unanimous"))
     assert set(found.filter(pl.col("issue_type") == "irrelevant")["item_id"]) == {"p001", "p004"}
     assert found.filter(pl.col("issue_type") == "near_duplicate").height == 2
-    kept = cp.cleaned_file_list(files, conf, "unanimous", seed=1)["file_name"].to_list()
+    kept = cleaned_file_list(files, conf, "unanimous", seed=1)["file_name"].to_list()
     assert kept.count("p010") + kept.count("p011") + kept.count("p012") == 1
     assert "p020" in kept and "p001" not in kept
-    ag = cp.agreement_table(answers, n_boot=50)
+    ag = agreement_table(answers, n_boot=50)
     assert (ag.filter(pl.col("statistic") == "cohen_kappa")["value"] == 1.0).all()
-    rq = cp.ranking_quality_table(conf)
+    rq = ranking_quality_table(conf)
     assert rq.filter(pl.col("issue_type") == "irrelevant")["n_positive"][0] == 2
-    sp = cp.speedup(answers, {"ds": 80})
+    sp = speedup(answers, {"ds": 80})
     assert sp.filter(pl.col("dataset") == "ds").height == 3
     preds = files.select("file_name").with_columns(
         target=pl.Series(np.arange(80) % 2), score=pl.Series(np.linspace(0, 1, 80))
     )
-    imp = cp.cleaning_impact_table(
+    imp = cleaning_impact_table(
         preds, files, pl.DataFrame({"file_name": kept}), dataset="ds", model_version="v1", n_boot=50
     )
     assert imp["n_after"][0] == len(kept) and imp.columns[:3] == ["dataset", "model_version", "rule"]
     with pytest.raises(ValueError, match="not in dataset"):
-        cp.cleaning_impact_table(
+        cleaning_impact_table(
             preds.with_columns(pl.lit("x").alias("file_name")), files, files, dataset="ds", model_version="v1"
         )
-    diffs, tests = cp.expert_lay_table(answers)
+    diffs, tests = expert_lay_table(answers)
     assert diffs.height == 3 * (3 * 2 * 1) and tests.height == 3  # 3 issue types x (ref, other expert, lay)
-    assert cp.sensitivity_table(answers).height == 3 * 2 * 20
+    assert sensitivity_table(answers).height == 3 * 2 * 20
 
 
 def test_queue_from_real_ranking_types():
@@ -212,18 +230,18 @@ def test_queue_from_real_ranking_types():
     order = np.array([4, 0, 1, 2, 3, *range(5, N)])
     r = Ranking(order=order, scores=np.linspace(0, 1, N)[np.argsort(order)])
     pr = PairRanking(pairs=np.array([[0, 3], [1, 2]]), scores=np.array([0.01, 0.02]))
-    q = cp.confirmation_queue("ds", r, pr, r, FILES)
+    q = confirmation_queue("ds", r, pr, r, FILES)
     assert q.filter(pl.col("issue_type") == "irrelevant")["item_id"][0] == "im04.png"
     assert q.filter(pl.col("issue_type") == "near_duplicate").height == 2
 
 
 def test_other_datasets_are_ignored():
-    q = cp.confirmation_queue("ds", ranking([0, 1]), None, None, FILES)
+    q = confirmation_queue("ds", ranking([0, 1]), None, None, FILES)
     recs = [
         rec("a", "e1", "irrelevant", "im00.png", "yes", 0, 1),
         {**rec("b", "e1", "irrelevant", "im05.png", "yes", 0, 2), "dataset": "other"},
     ]
-    conf = cp.confirmed_issues(cp.answers_from_records(recs), q)
+    conf = confirmed_issues(answers_from_records(recs), q)
     assert conf["dataset"].unique().to_list() == ["ds"] and conf.height == 2
-    sp = cp.speedup(cp.answers_from_records(recs), {"ds": N})
+    sp = speedup(answers_from_records(recs), {"ds": N})
     assert sp.filter(pl.col("dataset") == "other").height == 0

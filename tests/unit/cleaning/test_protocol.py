@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 from scipy.stats import beta
 
-from noisycal_platform.cleaning.pipeline import answers_from_records
 from noisycal_platform.cleaning.protocol import (
     aggregate_answers,
+    answers_from_records,
     effective_answers,
     label_error_prevalence_ci,
     select_removals,

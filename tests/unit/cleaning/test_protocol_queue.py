@@ -7,7 +7,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning.pipeline import confirmation_queue
+from noisycal_platform.cleaning.pipeline.protocol_tables import confirmation_queue
 from noisycal_platform.cleaning.protocol import answers_from_records, queue_depth
 from noisycal_platform.cleaning.rankings import rank_near_duplicates
 from noisycal_platform.cleaning.sessions import session_endings
@@ -101,7 +101,7 @@ def test_the_stopping_rule_ends_a_session_inside_the_refilled_queue():
 def test_only_an_uncapped_pair_ranking_short_of_all_pairs_extends():
     import polars as pl
 
-    from noisycal_platform.cleaning.pipeline import extending_issue_types
+    from noisycal_platform.cleaning.pipeline.confirmation import extending_issue_types
 
     images = pl.DataFrame({"idx": [0, 1, 2, 3]})  # 4 images: 6 pairs in all
     ranked = pl.DataFrame({"embedding_kind": ["dino"] * 5 + ["baseline"] * 6})

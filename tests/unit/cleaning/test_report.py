@@ -7,7 +7,23 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.outcomes import (
+    agreement_table,
+    annotator_ranking_quality,
+    cleaning_impact_table,
+    ranking_quality_table,
+    sensitivity_table,
+    speedup,
+)
+from noisycal_platform.cleaning.pipeline.protocol_tables import (
+    cleaned_file_list,
+    confirmation_queue,
+    confirmed_issues,
+    issue_table,
+    label_error_prevalence,
+)
+from noisycal_platform.cleaning.protocol import answers_from_records
+from noisycal_platform.cleaning.ranking_quality import ranking_truth_table
 from noisycal_platform.cleaning.report import render_cleaning_report, thumbnail_data_uri
 from noisycal_platform.cleaning.simulate import Rater, Truth, simulate_answers
 
@@ -37,31 +53,31 @@ def test_full_report_is_self_contained(tmp_path):
     n = files.height
     rk = SimpleNamespace(order=np.arange(n), scores=np.linspace(0, 1, n))
     pr = SimpleNamespace(pairs=np.array([[0, 1], [2, 3], [4, 5]]), scores=np.array([0.01, 0.02, 0.3]))
-    q = cp.confirmation_queue("ds", rk, pr, rk, files)
+    q = confirmation_queue("ds", rk, pr, rk, files)
     truth = Truth.from_sets(["f00.png"], [("f00.png", "f01.png")], ["f03.png"])
     raters = [
         Rater("e1", "expert", 0.95, 0.95),
         Rater("e2", "expert", 0.9, 0.95),
         Rater("l1", "lay", 0.8, 0.9),
     ]
-    answers = cp.answers_from_records(simulate_answers(q, truth, raters, seed=0, n_stop=5))
-    conf = cp.confirmed_issues(answers, q)
-    kept = cp.cleaned_file_list(files, conf)
+    answers = answers_from_records(simulate_answers(q, truth, raters, seed=0, n_stop=5))
+    conf = confirmed_issues(answers, q)
+    kept = cleaned_file_list(files, conf)
     preds = files.select("file_name").with_columns(
         target=pl.Series(np.arange(n) % 2), score=pl.Series(np.linspace(0, 1, n))
     )
     html = render_cleaning_report(
-        issues=cp.issue_table(conf, {"ds": n}),
-        prevalence=cp.label_error_prevalence(conf, files),
-        agreement=cp.agreement_table(answers, n_boot=50),
-        ranking_quality=cp.ranking_quality_table(conf),
-        annotator_quality=cp.annotator_ranking_quality(answers),
-        ranking_truth=cp.ranking_truth_table(
+        issues=issue_table(conf, {"ds": n}),
+        prevalence=label_error_prevalence(conf, files),
+        agreement=agreement_table(answers, n_boot=50),
+        ranking_quality=ranking_quality_table(conf),
+        annotator_quality=annotator_ranking_quality(answers),
+        ranking_truth=ranking_truth_table(
             "ds", files, truth, irrelevant=rk, near_dups=pr, label_errors=rk
         ),
-        speedup=cp.speedup(answers, {"ds": n}),
-        impact=cp.cleaning_impact_table(preds, files, kept, dataset="ds", model_version="v1", n_boot=50),
-        sensitivity=cp.sensitivity_table(answers),
+        speedup=speedup(answers, {"ds": n}),
+        impact=cleaning_impact_table(preds, files, kept, dataset="ds", model_version="v1", n_boot=50),
+        sensitivity=sensitivity_table(answers),
         queue=q,
         confirmed=conf,
         dataset_roots={"ds": root},

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from noisycal_platform.cleaning import pipeline as cp
+from noisycal_platform.cleaning.pipeline.protocol_tables import confirmation_queue, confirmed_issues
+from noisycal_platform.cleaning.protocol import answers_from_records
 from noisycal_platform.cleaning.report import render_cleaning_report
 
 N = 12
@@ -29,7 +30,7 @@ def _queue(tmp_path):
     irrelevant = SimpleNamespace(order=np.arange(N), scores=np.linspace(1, 0, N))
     label_errors = SimpleNamespace(order=np.arange(N)[::-1], scores=np.linspace(1, 0, N))
     pairs = SimpleNamespace(pairs=np.array([[0, 1], [2, 3], [4, 5]]), scores=np.array([0.1, 0.2, 0.3]))
-    return root, cp.confirmation_queue("ds", irrelevant, pairs, label_errors, files)
+    return root, confirmation_queue("ds", irrelevant, pairs, label_errors, files)
 
 
 def _answers(queue, votes):
@@ -41,11 +42,11 @@ def _answers(queue, votes):
             recs.append({"answer_id": f"{who}-{len(recs)}", "dataset": "ds", "issue_type": it, "item_id": a,
                          "item_id_2": b, "annotator_id": who, "role": role, "answer": ans,
                          "position": pos[(it, a, b)], "timestamp": "2026-02-01T10:00:00+00:00"})
-    return cp.answers_from_records(recs)
+    return answers_from_records(recs)
 
 
 def _gallery(root, queue, votes, **kw):
-    conf = cp.confirmed_issues(_answers(queue, votes), queue)
+    conf = confirmed_issues(_answers(queue, votes), queue)
     html = render_cleaning_report(queue=queue, confirmed=conf, dataset_roots={"ds": root}, n_thumbnails=0, **kw)
     assert html.rstrip().endswith("</html>")
     return html.split(GALLERY, 1)[1]

@@ -5,8 +5,7 @@ import math
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning.pipeline import answers_from_records
-from noisycal_platform.cleaning.protocol import effective_answers
+from noisycal_platform.cleaning.protocol import answers_from_records, effective_answers
 from noisycal_platform.cleaning.sensitivity import DEFAULT_GRID, stopping_sensitivity
 from tests.unit.cleaning._answers import answer_record, stamp
 

@@ -5,7 +5,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning.pipeline import QUEUE_SCHEMA, answers_from_records
+from noisycal_platform.cleaning.pipeline.schemas import QUEUE_SCHEMA
+from noisycal_platform.cleaning.protocol import answers_from_records
 from noisycal_platform.cleaning.sessions import SESSION_ENDINGS_SCHEMA, session_endings
 from noisycal_platform.confirm_app.answers import session_state
 from noisycal_platform.confirm_app.queue import QueueRegistry, snapshot_folder, write_snapshot

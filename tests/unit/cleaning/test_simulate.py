@@ -8,8 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from noisycal_platform.cleaning.pipeline import answers_from_records
-from noisycal_platform.cleaning.protocol import effective_answers, session_stop_index
+from noisycal_platform.cleaning.protocol import answers_from_records, effective_answers, session_stop_index
 from noisycal_platform.cleaning.simulate import Rater, Truth, simulate_answers
 
 KEYS = [

@@ -1,0 +1,183 @@
+"""Behind ``assets/cleaning/rankings.py``: the three issue rankings per embedding kind (seed 001 §3.3), and which
+kernel computes them: the single-process rankings of :mod:`noisycal_platform.cleaning.rankings` when ``client`` is
+``None``, else their row-block forms on a Dask client (:mod:`~noisycal_platform.cleaning.rankings.row_blocks`,
+equal pair for pair and score for score).
+
+Asset -> function: ``cleaning/rank_irrelevant`` -> :func:`rank_irrelevant`; ``cleaning/rank_near_duplicates`` and
+``cleaning/rank_label_errors`` (one step, ``neighbour_rankings``) -> :func:`neighbour_rankings`, which is
+:func:`rank_near_duplicates` and :func:`rank_label_errors` with one pass of row-block tasks feeding both.
+``client`` is anything with the ``submit``/``scatter``/``gather`` interface of ``distributed.Client``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from noisycal_platform.cleaning import rankings as formulas
+from noisycal_platform.cleaning.pipeline.embeddings import EMBEDDING_KINDS, embedding_matrix
+from noisycal_platform.cleaning.pipeline.protocol_tables import image_files
+from noisycal_platform.cleaning.pipeline.schemas import NEAR_DUPLICATE_SCHEMA
+from noisycal_platform.cleaning.rankings.row_blocks import (
+    blocked_label_error_scores,
+    blocked_near_duplicates,
+    blocked_rankings,
+)
+from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
+
+__all__ = [
+    "ROW_BLOCKS",
+    "VERIFY_MAX_SIDE",
+    "label_error_ranking",
+    "near_duplicate_pairs",
+    "near_duplicates_and_label_errors",
+    "neighbour_rankings",
+    "rank_irrelevant",
+    "rank_label_errors",
+    "rank_near_duplicates",
+    "stored_rankings",
+]
+
+
+ROW_BLOCKS = 4  # row blocks per ranking on a cluster: 4·5/2 = 10 tasks (B_a × B_b, a <= b)
+#: Longest side images are shrunk to (aspect kept) for SIFT verification.
+VERIFY_MAX_SIDE = 512
+
+
+def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
+    """``RANKING_SCHEMA`` per embedding kind: single-linkage dendrogram walk (seed 001 §3.3,
+    :func:`noisycal_platform.cleaning.rankings.rank_irrelevant`)."""
+    files = image_files(images)
+    return pl.concat(
+        [formulas.rank_irrelevant(embedding_matrix(embeddings, k)).to_frame(files, k) for k in EMBEDDING_KINDS]
+    )
+
+
+def rank_near_duplicates(
+    images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
+    min_inliers: int = 8, combine: str = "rank_sum", client: Any = None,
+) -> pl.DataFrame:
+    """``NEAR_DUPLICATE_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (seed 001 §3.3;
+    :func:`near_duplicate_pairs`, with a Dask ``client`` as row-block tasks on its workers, the same pairs;
+    ``inliers``, ``verified`` null), or with ``rerank`` the learned embedding's exact k-NN candidates re-ranked by
+    SIFT + geometric verification (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`;
+    ``score`` = d = (1 − cos)/2) in place of its top-k ranking (in this process). The baseline kind keeps its
+    plain ranking."""
+    files = image_files(images)
+    plain = pl.concat(
+        [near_duplicate_pairs(embedding_matrix(embeddings, kind), top_k, client).to_frame(files, kind)
+         for kind in EMBEDDING_KINDS]
+    )
+    return _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
+
+
+def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, client: Any = None) -> pl.DataFrame:
+    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (seed 001 §3.3); with a
+    Dask ``client`` as row-block tasks on its workers (:func:`label_error_ranking`, the same ranking)."""
+    files = image_files(images)
+    labels = files["label"].to_numpy()
+    return pl.concat(
+        [label_error_ranking(embedding_matrix(embeddings, k), labels, client).to_frame(files, k)
+         for k in EMBEDDING_KINDS]
+    )
+
+
+def neighbour_rankings(
+    images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, near_duplicates: bool = True,
+    label_errors: bool = True, rerank: bool = False, k: int = 10, min_inliers: int = 8, combine: str = "rank_sum",
+    client: Any = None,
+) -> tuple[pl.DataFrame | None, pl.DataFrame | None]:
+    """(:func:`rank_near_duplicates`, :func:`rank_label_errors`) of the same embeddings, each only when asked
+    for (``None`` otherwise): both rankings read the nearest neighbours of every image, so when both are asked
+    for with a Dask ``client`` one pass of row-block tasks per embedding kind feeds both
+    (:func:`near_duplicates_and_label_errors`), half the inner products of two passes. The tables equal the two
+    functions' (pair for pair, score for score)."""
+    if not (near_duplicates and label_errors):
+        pairs = rank_near_duplicates(images, embeddings, top_k, rerank=rerank, k=k, min_inliers=min_inliers,
+                                     combine=combine, client=client) if near_duplicates else None
+        return pairs, rank_label_errors(images, embeddings, client) if label_errors else None
+    files = image_files(images)
+    labels = files["label"].to_numpy()
+    both = {kind: near_duplicates_and_label_errors(embedding_matrix(embeddings, kind), top_k, labels, client)
+            for kind in EMBEDDING_KINDS}
+    plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
+    errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
+    verified = _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
+    return verified, errors
+
+
+# ------------------------------------------------------------------ which kernel: this process or row blocks
+def near_duplicate_pairs(emb: np.ndarray, top_k: int, client: Any = None) -> PairRanking:
+    """The exact top-``top_k`` pairs by d = (1 − cos)/2 of an N×D matrix:
+    :func:`~noisycal_platform.cleaning.rankings.rank_near_duplicates` here, or
+    :func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_near_duplicates` on ``client`` (equal pair for
+    pair)."""
+    if client is None:
+        return formulas.rank_near_duplicates(emb, top_k)
+    return blocked_near_duplicates(emb, top_k, client=client, n_blocks=ROW_BLOCKS)
+
+
+def label_error_ranking(emb: np.ndarray, labels: object, client: Any = None) -> Ranking:
+    """Samples by d_diff² / (d_same² + d_diff²) ascending (ties by index):
+    :func:`~noisycal_platform.cleaning.rankings.rank_label_errors` here, or the ranking of
+    :func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_label_error_scores` on ``client`` (the same
+    scores, ordered the same way)."""
+    if client is None:
+        return formulas.rank_label_errors(emb, labels)
+    score, _, _ = blocked_label_error_scores(emb, labels, client=client, n_blocks=ROW_BLOCKS)
+    return _ranking(score)
+
+
+def near_duplicates_and_label_errors(
+    emb: np.ndarray, top_k: int, labels: object, client: Any = None
+) -> tuple[PairRanking, Ranking]:
+    """:func:`near_duplicate_pairs` and :func:`label_error_ranking` of the same embeddings; on ``client`` one pass
+    of row-block tasks computes both (:func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_rankings`,
+    the same results as the two calls)."""
+    if client is None:
+        return formulas.rank_near_duplicates(emb, top_k), formulas.rank_label_errors(emb, labels)
+    pairs, (score, _, _) = blocked_rankings(emb, top_k, labels, client=client, n_blocks=ROW_BLOCKS)
+    return pairs, _ranking(score)
+
+
+def _ranking(score: np.ndarray) -> Ranking:
+    return Ranking(np.argsort(score, kind="stable"), score)
+
+
+def _verified(
+    images: pl.DataFrame, embeddings: pl.DataFrame, plain: pl.DataFrame, *, rerank: bool, k: int,
+    min_inliers: int, combine: str,
+) -> pl.DataFrame:
+    """``NEAR_DUPLICATE_SCHEMA`` of the plain pair table (``PAIR_RANKING_SCHEMA``), the DINO kind re-ranked by
+    SIFT verification with ``rerank`` (:func:`rank_near_duplicates`)."""
+    plain = plain.with_columns(pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified"))
+    if not rerank:
+        return plain.cast(NEAR_DUPLICATE_SCHEMA)
+    from noisycal_platform.cleaning.rankings.verify import sift_from_files, verified_near_duplicates
+
+    files = image_files(images)
+    feats = sift_from_files(images.sort("idx")["path"].to_list(), max_side=VERIFY_MAX_SIDE)
+    vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), feats, k=k, min_inliers=min_inliers,
+                                  combine=combine)
+    verified = PairRanking(vp.pairs, vp.dist).to_frame(files, "dino").with_columns(
+        pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
+    )
+    return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+
+
+def _kind(table: pl.DataFrame, kind: str) -> pl.DataFrame:
+    return table.filter(pl.col("embedding_kind") == kind)
+
+
+def stored_rankings(
+    kind: str, n: int, irrelevant: pl.DataFrame, near_dups: pl.DataFrame, label_errors: pl.DataFrame
+) -> tuple[Ranking, PairRanking, Ranking]:
+    """The three rankings of one embedding ``kind`` over ``n`` items, from their stored tables
+    (``RANKING_SCHEMA`` / ``PAIR_RANKING_SCHEMA``), validated by ``from_frame``."""
+    return (
+        Ranking.from_frame(_kind(irrelevant, kind), n),
+        PairRanking.from_frame(_kind(near_dups, kind)),
+        Ranking.from_frame(_kind(label_errors, kind), n),
+    )
