@@ -36,7 +36,7 @@ from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.cleaning import pipeline as cp
 from noisycal_platform.correctness.audit_sample import AuditPaths
-from noisycal_platform.io import sha256_file
+from noisycal_platform.files import sha256_file
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource

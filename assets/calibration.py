@@ -13,7 +13,7 @@ from assets.policy import CALIBRATION
 from assets.raw import ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.calibration import NotIdentifiableError
 from noisycal_platform.calibration import pipeline as cal
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 

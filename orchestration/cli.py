@@ -183,7 +183,7 @@ def cmd_datasets(args) -> int:
         for name, path in layout.registered_datasets().items():
             print(f"{name}\t{path}")
         return 0
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
     from noisycal_platform.paths import InvalidName, validate_name
 
     try:
@@ -280,7 +280,7 @@ def cmd_audit(args) -> int:
         return _audit_collect(args)
     from noisycal_platform.correctness import audit_workflow as aw
     from noisycal_platform.correctness.io import read_generations
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
 
     layout = HomeLayout.at(args.home)
     sample = aw.draw_audit_sample(read_generations(layout.generations), per_stratum=args.per_stratum, seed=args.seed)

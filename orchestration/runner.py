@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.service_checks import CHECK_NAME, report_run_failure, root_message
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
     DEFAULT_LOCK_TIMEOUT_SECONDS,

@@ -30,8 +30,8 @@ from noisycal_platform.cleaning.protocol import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers as protocol_effective_answers
 from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
 from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
+from noisycal_platform.files import fsync_dir, json_lines
 from noisycal_platform.ingest import fault_point
-from noisycal_platform.io import json_lines
 
 __all__ = [
     "AnswerLog",
@@ -264,7 +264,7 @@ class AnswerLog:
                     _write_all(fd, payload)
                     os.fsync(fd)
                     if not data:
-                        _fsync_dir(self.folder)  # a new file: make its directory entry durable too
+                        fsync_dir(self.folder)  # a new file: make its directory entry durable too
                     fault_point("answer_after_fsync")  # durable, not yet acknowledged
                     return Outcome("recorded", record=verdict)
                 finally:
@@ -289,9 +289,3 @@ def _write_all(fd: int, payload: bytes) -> None:
         view = view[n:]
 
 
-def _fsync_dir(folder: Path) -> None:
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -396,7 +396,7 @@ def run_audit_agreement(
     """Read the sample, the web and CSV annotations and the joint decisions under `home`; compute
     ``audit_agreement``; write exports/audit_disagreements.csv and correctness/audit/consensus.csv (each
     atomically, and only when its content changes). None when there is no audit sample yet."""
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
 
     paths = AuditPaths(Path(home))
     if not paths.sample.is_file():

@@ -265,7 +265,7 @@ def collect_generations(
 
 def write_generations_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write records as JSONL (one object per line, UTF-8), atomically: the file is complete or absent."""
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
