@@ -20,7 +20,7 @@
 - ``settings_sensor``: ``settings.json`` changed (content hash) -> the calibration assets (and with them their
   checks against the clinic's limits) rerun for every model version; the reports follow.
 - ``snapshot_sensor``: after each successful run, the read-only warehouse copy that notebooks and
-  ``noisycal query`` read is refreshed (``orchestration.snapshot``).
+  ``noisycal query`` read is refreshed (``resources.snapshot``).
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
@@ -302,7 +302,7 @@ def settings_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -
 )
 def snapshot_sensor(context: dg.RunStatusSensorContext, inbox: InboxResource):
     """Refresh the read-only warehouse snapshot after a successful run (readers never hold the warehouse)."""
-    from orchestration.snapshot import refresh_snapshot
+    from resources.snapshot import refresh_snapshot
 
     path = refresh_snapshot(inbox.layout.home)
     return dg.SkipReason(f"snapshot refreshed: {path}" if path else "no warehouse yet")

@@ -119,7 +119,7 @@ def cmd_ui(args) -> int:
     cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
     cmd += ["-w", str(WORKSPACE)]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
-    from orchestration.queue import write_service_file
+    from orchestration.run_queue import write_service_file
 
     write_service_file(args.home, "127.0.0.1", args.port)  # exec keeps this pid: `dagster dev` is the service
     os.chdir(REPO_ROOT)
@@ -131,7 +131,7 @@ def cmd_query(args) -> int:
     import duckdb
     import polars as pl
 
-    from orchestration.snapshot import query, snapshot_path
+    from resources.snapshot import query, snapshot_path
 
     try:
         frame = query(args.home, args.sql)
@@ -248,7 +248,7 @@ def cmd_status(args) -> int:
     print(f"home:       {layout.home}")
     print(f"warehouse:  {layout.warehouse} ({'present' if layout.warehouse.exists() else 'not built yet'})")
     print(f"reports:    {layout.reports}")
-    from orchestration.snapshot import snapshot_path
+    from resources.snapshot import snapshot_path
 
     snap = snapshot_path(layout.home)
     print(f"snapshot:   {snap} ({'present' if snap.is_file() else 'written after the first run'}; noisycal query)")

@@ -49,7 +49,6 @@ from noisycal_platform.confirm_app.answers import (
 from noisycal_platform.confirm_app.correctness_audit import correctness_routes
 from noisycal_platform.confirm_app.images import SIZES, PathRefused, ThumbnailCache, confine
 from noisycal_platform.confirm_app.queue import ISSUE_TYPES, QueueRegistry, QueueSnapshot
-from noisycal_platform.contracts import ROLES
 
 __all__ = ["COOKIE", "MAX_BODY", "QUESTIONS", "build_app"]
 
@@ -461,7 +460,7 @@ def _admin_tables(queues: QueueRegistry, log: AnswerLog, store: AnnotatorStore) 
                 session_records += [r for r in valid_records(recs) if r["dataset"] == ds and r["issue_type"] == t]
             counts = {}
             eff_all = protocol_effective_answers(answers_from_records(session_records)) if session_records else None
-            for role in ROLES:
+            for role in ANSWER_ROLES:
                 agg = aggregate_answers(eff_all, roles=(role,)) if eff_all is not None else None
                 counts[role] = {
                     "n": int(agg["n_panel"].max() or 0) if agg is not None and agg.height else 0,
