@@ -2,8 +2,9 @@
 no upward imports between the top-level packages.
 
 Layers, lowest first: the library ``noisycal_platform`` < ``resources`` < ``assets`` < ``orchestration`` and
-``definitions`` (the shell's top: the CLI loads the definitions). A module may import its own layer or a lower one. Every ``import`` statement counts, including
-those inside functions and ``if TYPE_CHECKING`` blocks: a deferred import still makes the design a cycle.
+``definitions`` (the shell's top: the CLI loads the definitions). A module may import its own layer or a lower
+one. Every ``import`` statement counts, including those inside functions and ``if TYPE_CHECKING`` blocks: a
+deferred import still makes the design a cycle.
 """
 
 from __future__ import annotations
