@@ -18,6 +18,7 @@ __all__ = [
     "atomic_write_text",
     "fsync_dir",
     "json_lines",
+    "read_json_lines",
     "sha256_file",
 ]
 
@@ -90,6 +91,16 @@ def json_lines(data: bytes) -> list[dict]:
         if isinstance(value, dict):
             out.append(value)
     return out
+
+
+def read_json_lines(path: str | Path) -> list[dict]:
+    """:func:`json_lines` of the file at ``path`` (none if it does not exist). A torn last line (power loss
+    mid-write) is skipped, never repaired in place."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    return json_lines(data)
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
