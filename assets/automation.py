@@ -20,7 +20,7 @@
 - ``settings_sensor``: ``settings.json`` changed (content hash) -> the calibration assets (and with them their
   checks against the clinic's limits) rerun for every model version; the reports follow.
 - ``snapshot_sensor``: after each successful run, the read-only warehouse copy that notebooks and
-  ``noisycal query`` read is refreshed (``orchestration.snapshot``).
+  ``noisycal query`` read is refreshed (``resources.snapshot``).
 - ``quality_monitor``: daily schedule rematerialising the reports and running every asset check.
 """
 
@@ -35,7 +35,7 @@ from assets.correctness import AUDIT_AGREEMENT
 from assets.policy import DATASETS, MODEL_VERSIONS
 from assets.raw import ANNOTATIONS, AUDIT_LABELS, CONFIRMATIONS, GENERATIONS, IMAGES, PREDICTIONS, REFERENCE_LABELS
 from noisycal_platform.correctness.audit_sample import AuditPaths
-from noisycal_platform.io import sha256_file
+from noisycal_platform.files import sha256_file
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -300,7 +300,7 @@ def settings_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -
 )
 def snapshot_sensor(context: dg.RunStatusSensorContext, inbox: InboxResource):
     """Refresh the read-only warehouse snapshot after a successful run (readers never hold the warehouse)."""
-    from orchestration.snapshot import refresh_snapshot
+    from resources.snapshot import refresh_snapshot
 
     path = refresh_snapshot(inbox.layout.home)
     return dg.SkipReason(f"snapshot refreshed: {path}" if path else "no warehouse yet")

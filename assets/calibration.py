@@ -21,7 +21,7 @@ from noisycal_platform.calibration.recalibration_tables import (
 )
 from noisycal_platform.calibration.tables import CHANNEL_TABLE_SCHEMA, NC_ECE_REPORT_SCHEMA
 from noisycal_platform.calibration.versions import ASSUMPTION_COLUMNS, version
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from resources.inbox import InboxResource
 from resources.settings import SettingsResource
 

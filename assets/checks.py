@@ -22,13 +22,11 @@ ANNOTATIONS_CONTRACT = "annotations_contract"
 PREDICTIONS_CONTRACT = "predictions_contract"
 
 
-def evaluate_contract(frame: pl.DataFrame, contract: contracts.TableContract) -> dict:
-    """The expectations ``contracts.validate_frame`` builds for Great Expectations, evaluated in polars.
-
-    Same expectations (GE type names), same result shape ``{"success", "failed", "evaluated"}`` and the same
-    unexpected counts (a test holds the two engines equal on bad frames); milliseconds instead of GE's import
-    and context set-up (seconds per process), so the blocking contract check never delays a run.
-    """
+def _expectations(
+    frame: pl.DataFrame, contract: contracts.TableContract
+) -> tuple[list[tuple[str, str | list[str], pl.Expr]], list[str], list[str]]:
+    """(expectation, column(s), mask of unexpected rows) per check that applies to ``frame``; the required
+    columns that are missing; the unique-key columns present."""
     exprs: list[tuple[str, str | list[str], pl.Expr]] = []  # (expectation, column(s), mask of unexpected rows)
     missing: list[str] = []
     for spec in contract.columns:
@@ -55,6 +53,17 @@ def evaluate_contract(frame: pl.DataFrame, contract: contracts.TableContract) ->
         exprs.append(("expect_column_values_to_be_unique", key[0], unique))
     elif len(contract.unique_key) > 1 and len(key) == len(contract.unique_key):
         exprs.append(("expect_compound_columns_to_be_unique", key, pl.struct(key).is_duplicated()))
+    return exprs, missing, key
+
+
+def evaluate_contract(frame: pl.DataFrame, contract: contracts.TableContract) -> dict:
+    """The expectations ``contracts.validate_frame`` builds for Great Expectations, evaluated in polars.
+
+    Same expectations (GE type names), same result shape ``{"success", "failed", "evaluated"}`` and the same
+    unexpected counts (a test holds the two engines equal on bad frames); milliseconds instead of GE's import
+    and context set-up (seconds per process), so the blocking contract check never delays a run.
+    """
+    exprs, missing, key = _expectations(frame, contract)
     failed = [
         {"expectation": "expect_column_to_exist", "column": name, "unexpected_count": None, "examples": []}
         for name in missing

@@ -20,7 +20,7 @@ from assets.raw import IMAGES, REFERENCE_LABELS
 from noisycal_platform import report_index as ri
 from noisycal_platform.calibration import pipeline as cal
 from noisycal_platform.cleaning.pipeline import report as cp
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from noisycal_platform.report_html import fmt_time
 from resources.inbox import InboxResource

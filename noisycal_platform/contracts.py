@@ -16,6 +16,7 @@ from typing import Literal
 __all__ = [
     "ANNOTATIONS",
     "ANSWERS",
+    "ANSWER_ROLES",
     "BINARY_CLASSES",
     "CLASS_PREFIX",
     "CONFIRMATION_FIELDS",
@@ -26,7 +27,6 @@ __all__ = [
     "PREDICTIONS",
     "PROB_SUM_TOL",
     "REFERENCE_LABELS",
-    "ROLES",
     "STORED_ANNOTATIONS",
     "ColumnSpec",
     "Problem",
@@ -171,7 +171,8 @@ def id_problem(value: object) -> str | None:
 # ``inbox/confirmations/<annotator>.jsonl``) and as the cleaning protocol reads it (seed 001 §3.3-3.4).
 ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
 ANSWERS = ("yes", "no", "undo")
-ROLES = ("expert", "lay")  # who answers; the tool's "admin" logins never write answers
+#: who answers; the tool's "admin" logins (``confirm_app.annotators.LOGIN_ROLES``) never write answers
+ANSWER_ROLES = ("expert", "lay")
 CONFIRMATION_FIELDS: dict[str, str] = {
     "answer_id": "unique id of this record (the tool writes 32 hex digits)",
     "dataset": "the dataset whose queue was answered",
@@ -179,7 +180,7 @@ CONFIRMATION_FIELDS: dict[str, str] = {
     "item_id": "the candidate file",
     "item_id_2": "the second file of a near-duplicate pair; null for the other issue types",
     "annotator_id": "who answered",
-    "role": f"one of {ROLES}",
+    "role": f"one of {ANSWER_ROLES}",
     "answer": f"one of {ANSWERS}",
     "undoes": "the answer_id an undo cancels; null unless answer is 'undo'",
     "position": "the candidate's 0-based rank in the queue",
@@ -227,7 +228,7 @@ def confirmation_problem(rec: object) -> Problem | None:
         why = id_problem(rec.get(f))
         if why:
             return Problem(f, why)
-    for f, allowed in (("issue_type", ISSUE_TYPES), ("role", ROLES), ("answer", ANSWERS)):
+    for f, allowed in (("issue_type", ISSUE_TYPES), ("role", ANSWER_ROLES), ("answer", ANSWERS)):
         if rec.get(f) not in allowed:
             return Problem(f, f"must be one of {list(allowed)}")
     b = rec.get("item_id_2")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+from noisycal_platform.files import atomic_write_bytes, atomic_write_text
 from noisycal_platform.paths import HomeLayout
 
 __all__ = [

@@ -83,7 +83,7 @@ def record_home(home: str | Path) -> HomeRecord:
 
 
 def _write_record(home: Path) -> HomeRecord:
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
 
     rec = HomeRecord(HOME_SCHEMA_VERSION, package_version())
     body = {**rec.__dict__, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

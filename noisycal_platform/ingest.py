@@ -57,16 +57,12 @@ from pathlib import Path
 import polars as pl
 
 from noisycal_platform.contracts import CONFIRMATION_FIELDS, confirmation_log_problems, confirmation_problem
+from noisycal_platform.files import append_line_durably, atomic_write_bytes, atomic_write_text, fsync_dir, json_lines
 from noisycal_platform.io import (
     SUPPORTED_SUFFIXES,
     InputError,
     RawTable,
     RowProblem,
-    append_line_durably,
-    atomic_write_bytes,
-    atomic_write_text,
-    fsync_dir,
-    json_lines,
     read_annotation_records,
     read_bytes_safely,
     refusal,

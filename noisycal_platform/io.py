@@ -1,4 +1,4 @@
-"""Readers for the user's files -> validated polars frames, and atomic writers.
+"""Readers for the user's files -> validated polars frames (file primitives: :mod:`noisycal_platform.files`).
 
 Every violation raises :class:`InputError` naming the file, the 1-based data row (the header is not counted)
 and the column, e.g. ``annotations.csv: row 3, column 'label': label must be 0 or 1 (got '2'); 1 row(s)
@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import csv
 import errno
-import hashlib
 import io as _io
-import json
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,11 +35,6 @@ __all__ = [
     "InputError",
     "RawTable",
     "RowProblem",
-    "append_line_durably",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "fsync_dir",
-    "json_lines",
     "parse_table",
     "read_annotation_records",
     "read_annotations",
@@ -54,7 +46,6 @@ __all__ = [
     "read_reference_labels",
     "read_table",
     "refusal",
-    "sha256_file",
     "validate_records",
 ]
 
@@ -108,85 +99,6 @@ def _shown(value: object) -> str:
     text = repr(value)
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text if len(text) <= MAX_SHOWN_VALUE else text[: MAX_SHOWN_VALUE - 3] + "..."
-
-
-# ----------------------------------------------------------------------------------------------- writing
-def fsync_dir(folder: str | Path) -> None:
-    """fsync a directory so that a rename or a new entry in it survives a power loss."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to a temp file in the same folder, fsync, rename over ``path``, fsync the folder."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-    return path
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def append_line_durably(path: str | Path, line: str) -> None:
-    """Append one line with a single ``write`` and fsync it (and the folder when the file is new).
-
-    A torn last line left by an earlier crash is ended first, so a record is never glued onto it.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        payload = line.rstrip("\n").encode("utf-8") + b"\n"
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            payload = b"\n" + payload
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if size == 0:
-        fsync_dir(path.parent)
-
-
-def json_lines(data: bytes) -> list[dict]:
-    """The JSON objects of ``data``, one a line, as :func:`append_line_durably` writes them. Blank lines, lines that
-    do not parse (a torn last line a crash left: it never committed) and values that are not objects are skipped."""
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(value, dict):
-            out.append(value)
-    return out
-
-
-def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def refusal(path: str | Path, st: os.stat_result | None = None) -> str | None:

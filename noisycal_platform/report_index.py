@@ -16,7 +16,7 @@ from pathlib import Path
 import polars as pl
 
 from noisycal_platform import report_html as rh
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 
 __all__ = [
     "STATUS_FOLDER",

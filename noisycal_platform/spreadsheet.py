@@ -77,7 +77,7 @@ def write_person_csv(path: str | Path, frame: pl.DataFrame, text: str | None = N
     """Write ``frame`` as a spreadsheet-safe CSV at ``path`` and its exact values at the ``.parquet`` twin,
     each atomically (the twin first, so a CSV on disk always has a twin at least as new). ``text``: the CSV
     text when the caller formats cells itself (already passed through :func:`safe_csv_text`)."""
-    from noisycal_platform.io import atomic_write_bytes
+    from noisycal_platform.files import atomic_write_bytes
 
     path = Path(path)
     buf = io.BytesIO()

@@ -19,7 +19,6 @@ Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``
 """
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -149,7 +148,7 @@ def cmd_ui(args) -> int:
     cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
     cmd += ["-w", str(WORKSPACE)]
     print(f"Dagster UI for {args.home} on http://127.0.0.1:{args.port}  (DAGSTER_HOME={env['DAGSTER_HOME']})")
-    from orchestration.queue import write_service_file
+    from orchestration.run_queue import write_service_file
 
     write_service_file(args.home, "127.0.0.1", args.port)  # exec keeps this pid: `dagster dev` is the service
     os.chdir(REPO_ROOT)
@@ -161,7 +160,7 @@ def cmd_query(args) -> int:
     import duckdb
     import polars as pl
 
-    from orchestration.snapshot import query, snapshot_path
+    from resources.snapshot import query, snapshot_path
 
     try:
         frame = query(args.home, args.sql)
@@ -178,33 +177,14 @@ def cmd_query(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from noisycal_platform import contracts, io
     from noisycal_platform.ingest import declared_classes
+    from noisycal_platform.validate import validate_file
     from resources.settings import load_settings
 
     classes = declared_classes(HomeLayout.at(args.home), load_settings(args.home).classes)  # the home's classes
-    reader = {
-        "annotations": lambda f: io.read_annotations(f, classes),
-        "predictions": io.read_predictions,
-        "references": io.read_reference_labels,
-    }[args.kind]
-    try:
-        frame = reader(args.file)
-    except io.InputError as exc:
-        print(f"INVALID {exc}", file=sys.stderr)
-        return 2
-    contract = contracts.CONTRACTS[{"references": "reference_labels"}.get(args.kind, args.kind)]
-    if args.kind == "annotations" and classes:
-        contract = contracts.STORED_ANNOTATIONS  # class names: label_text holds them, label 0/1 where it applies
-    outcome = contracts.validate_frame(frame, contract)
-    if not outcome["success"]:
-        print(f"INVALID {args.file}: Great Expectations contract failed: {outcome['failed']}", file=sys.stderr)
-        return 2
-    print(
-        f"OK {args.file}: {frame.height} rows, columns {frame.columns}; "
-        f"contract (Great Expectations): {outcome['evaluated']} expectations passed"
-    )
-    return 0
+    check = validate_file(args.kind, args.file, classes)
+    print(check.message, file=sys.stdout if check.ok else sys.stderr)
+    return 0 if check.ok else 2
 
 
 def cmd_datasets(args) -> int:
@@ -213,31 +193,22 @@ def cmd_datasets(args) -> int:
         for name, path in layout.registered_datasets().items():
             print(f"{name}\t{path}")
         return 0
-    from noisycal_platform.io import atomic_write_text
-    from noisycal_platform.paths import InvalidName, validate_name
+    from noisycal_platform.dataset_scan import register_dataset
+    from noisycal_platform.paths import InvalidName
 
     try:
-        validate_name(args.name, "dataset")
+        reg = register_dataset(layout, args.name, args.path)
     except InvalidName as exc:
         print(str(exc), file=sys.stderr)
         return 2
-    path = Path(args.path).expanduser().resolve()
-    if not path.is_dir():
-        print(f"not a folder: {path}", file=sys.stderr)
-        return 2
-    from orchestration.dataset_scan import scan_dataset_folder
-
-    scan = scan_dataset_folder(path)
-    if scan.refused or scan.images == 0:
-        print(f"not registered: {scan.summary()}", file=sys.stderr)
-        if scan.refused:
+    if reg.problem is not None:
+        print(reg.problem, file=sys.stderr)
+        if reg.scan is not None and reg.scan.refused:
             print("  fix or remove these (a symlink must stay inside the folder), then add it again", file=sys.stderr)
         return 2
-
-    registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
-    registry[args.name] = str(path)
-    atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
-    print(f"registered dataset {args.name!r} -> {path} ({scan.images} images, not copied); the dataset sensor takes it")
+    assert reg.scan is not None
+    print(f"registered dataset {args.name!r} -> {reg.path} ({reg.scan.images} images, not copied); "
+          "the dataset sensor takes it")
     return 0
 
 
@@ -278,7 +249,7 @@ def cmd_status(args) -> int:
     print(f"home:       {layout.home}")
     print(f"warehouse:  {layout.warehouse} ({'present' if layout.warehouse.exists() else 'not built yet'})")
     print(f"reports:    {layout.reports}")
-    from orchestration.snapshot import snapshot_path
+    from resources.snapshot import snapshot_path
 
     snap = snapshot_path(layout.home)
     print(f"snapshot:   {snap} ({'present' if snap.is_file() else 'written after the first run'}; noisycal query)")
@@ -308,18 +279,12 @@ def cmd_status(args) -> int:
 def cmd_audit(args) -> int:
     if args.action == "collect":
         return _audit_collect(args)
-    from noisycal_platform.correctness import audit_workflow as aw
+    from noisycal_platform.correctness.audit_workflow import write_audit_sample
     from noisycal_platform.correctness.io import read_generations
-    from noisycal_platform.spreadsheet import write_person_csv
 
     layout = HomeLayout.at(args.home)
-    sample = aw.draw_audit_sample(read_generations(layout.generations), per_stratum=args.per_stratum, seed=args.seed)
-    text = aw.sample_csv_text(sample)
-    path = aw.AuditPaths(layout.home).sample
-    if path.is_file() and path.read_text(encoding="utf-8") != text and not args.force:
-        raise ValueError(f"{path} exists with a different sample (answers may refer to it); pass --force to replace")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_person_csv(path, sample, text)
+    sample, path = write_audit_sample(layout.home, read_generations(layout.generations), per_stratum=args.per_stratum,
+                                      seed=args.seed, force=args.force)
     n_groups = sample.select("dataset", "model").n_unique()
     print(f"audit sample: {sample.height} predictions ({n_groups} groups x 2 EM strata x {args.per_stratum}) -> {path}")
     print("annotators answer at /correctness in `noisycal serve-confirmations`,")
@@ -331,9 +296,9 @@ def cmd_audit(args) -> int:
 def _audit_collect(args) -> int:
     from noisycal_platform.correctness.collect import (
         OpenAIServerError,
-        PromptSpec,
         Sampling,
         collect_generations_openai,
+        read_prompts_jsonl,
         write_generations_jsonl,
     )
     from resources.settings import load_settings
@@ -345,16 +310,7 @@ def _audit_collect(args) -> int:
     settings = load_settings(layout.home)
     if not settings.generation_model:
         raise ValueError("set generation_model (and generation_base_url) in settings.json")
-    prompts = []
-    for n, line in enumerate(args.prompts.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            try:
-                obj = json.loads(line)
-                obj["candidate_labels"], obj["reference_labels"] = (tuple(obj[k]) for k in ("candidate_labels",
-                                                                                            "reference_labels"))
-                prompts.append(PromptSpec(**obj))
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise ValueError(f"{args.prompts}: line {n}: {type(exc).__name__}: {exc}") from None
+    prompts = read_prompts_jsonl(args.prompts)
     try:
         records = collect_generations_openai(
             prompts, model=settings.generation_model, base_url=settings.generation_base_url,

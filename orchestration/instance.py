@@ -32,7 +32,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.service_checks import root_message
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
 from resources.settings import SettingsResource, load_settings

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from assets.service_checks import CHECK_NAME, report_run_failure, root_message
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
@@ -28,7 +28,7 @@ from orchestration.instance import (
     recover,
     wait_for_pools,
 )
-from orchestration.queue import submit, wait
+from orchestration.run_queue import submit, wait
 
 __all__ = ["STAGES", "Stage", "TickReport", "dagster_home", "instance_for", "materialize_everything", "tick"]
 
@@ -147,7 +147,7 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
         if not selection:
             return
     tags = {k: str(v) for k, v in (tags or {}).items()}
-    if report.queued:  # a daemon serves the home: its run queue launches the run (orchestration.queue)
+    if report.queued:  # a daemon serves the home: its run queue launches the run (orchestration.run_queue)
         run_id = submit(report.home, list(selection), partition_key, tags)  # its worker is the daemon's
         wait(instance, run_id)
     else:
@@ -373,10 +373,10 @@ def _refuse_under_daemon(instance: dg.DagsterInstance, what: str) -> None:
 
 
 def _refresh_snapshot(report: TickReport) -> None:
-    """Refresh the read-only warehouse copy after a tick/materialize that ran something (orchestration.snapshot)."""
+    """Refresh the read-only warehouse copy after a tick/materialize that ran something (resources.snapshot)."""
     if report.queued or not any(r["success"] and not r.get("skipped") for r in report.runs):
         return  # under the daemon, snapshot_sensor refreshes it after each successful run
-    from orchestration.snapshot import refresh_snapshot
+    from resources.snapshot import refresh_snapshot
 
     try:
         path = refresh_snapshot(report.home)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from noisycal_platform.paths import HOME_ENV, HomeLayout
 from orchestration.instance import dagster_home, instance_for
-from orchestration.queue import remove_service_file, write_service_file
+from orchestration.run_queue import remove_service_file, write_service_file
 
 __all__ = ["REPO_ROOT", "WORKSPACE", "serve", "serve_in_background", "service_commands", "webserver_answers"]
 
@@ -130,7 +130,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
             children[name] = subprocess.Popen(
                 cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
             )
-        write_service_file(home, host, port)  # where `noisycal materialize` submits runs (orchestration.queue)
+        write_service_file(home, host, port)  # where `noisycal materialize` submits runs (orchestration.run_queue)
         print(
             f"noisycal serve: Dagster UI on http://{host}:{port}, daemon running "
             f"(DAGSTER_HOME={env['DAGSTER_HOME']}); pids "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import polars as pl
 
+from noisycal_platform.files import sha256_file
 from noisycal_platform.ingest import (
     IngestReport,
     accepted_annotations,
@@ -18,7 +19,6 @@ from noisycal_platform.ingest import (
     refused_inbox_entries,
     write_record_quarantine,
 )
-from noisycal_platform.io import sha256_file
 from resources.home import HomeResource
 from resources.settings import load_settings
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+from noisycal_platform.files import atomic_write_bytes, atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from noisycal_platform.cleaning.encoder import EncoderConfig

@@ -30,20 +30,21 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from noisycal_platform.contracts import (
+    ANSWER_ROLES,
     ANSWERS,
     CONFIRMATION_FIELDS,
     ISSUE_TYPES,
-    ROLES,
     confirmation_problem,
     parse_utc_timestamp,
 )
+from noisycal_platform.undo import LogEntry, cancelled_ids
 
 __all__ = [
     "ANSWERS",
+    "ANSWER_ROLES",
     "ANSWER_SCHEMA",
     "ISSUE_TYPES",
     "KEY",
-    "ROLES",
     "RULES",
     "aggregate_answers",
     "answers_from_records",
@@ -134,31 +135,19 @@ def _key_cols(df: pl.DataFrame) -> pl.DataFrame:
 def effective_answers(answers: pl.DataFrame) -> pl.DataFrame:
     """Apply undo records and keep each annotator's latest effective answer per candidate.
 
-    Input: the raw/confirmations frame (``ANSWER_SCHEMA``; ``source_file`` optional). An undo cancels the
-    answer named in ``undoes`` (which may itself be an undo, restoring the answer before it). Raises
-    ValueError for an undo naming an unknown answer or another annotator's answer. Output: the yes/no
+    Input: the raw/confirmations frame (``ANSWER_SCHEMA``; ``source_file`` optional). Undo follows the one
+    rule of :mod:`noisycal_platform.undo` (records in timestamp order; an undo cancels the earlier record of
+    the same annotator it names, which may itself be an undo, restoring the answer before it). Raises
+    ValueError for an undo naming an unknown, a later or another annotator's answer. Output: the yes/no
     rows that count, plus a boolean column ``yes``; undo rows are dropped from the *view* only.
     """
     missing = [c for c in ANSWER_SCHEMA if c not in answers.columns and c != "source_file"]
     if missing:
         raise ValueError(f"answers: missing columns {missing}")
     df = answers.with_row_index("_row").sort(["timestamp", "_row"])
-    undo = df.filter(pl.col("answer") == "undo")
-    cancelled: set[str] = set()
-    if undo.height:
-        owner = dict(zip(df["answer_id"].to_list(), df["annotator_id"].to_list(), strict=True))
-        ids = undo["answer_id"].to_list()
-        targets = undo["undoes"].to_list()
-        who = undo["annotator_id"].to_list()
-        for aid, target, ann in zip(reversed(ids), reversed(targets), reversed(who), strict=True):
-            if target not in owner:
-                raise ValueError(f"answers: undo {aid!r} names unknown answer_id {target!r}")
-            if owner[target] != ann:
-                raise ValueError(
-                    f"answers: undo {aid!r} by {ann!r} names answer {target!r} of annotator {owner[target]!r}"
-                )
-            if aid not in cancelled:  # later undos were processed first (reverse time order)
-                cancelled.add(target)
+    entries = [LogEntry(answer_id=a, annotator_id=w, undoes=u if ans == "undo" else None)
+               for a, w, ans, u in df.select("answer_id", "annotator_id", "answer", "undoes").iter_rows()]
+    cancelled = cancelled_ids(entries, strict=True)
     eff = df.filter(pl.col("answer").is_in(["yes", "no"]) & ~pl.col("answer_id").is_in(list(cancelled)))
     eff = _key_cols(eff)
     eff = (
@@ -223,9 +212,9 @@ def aggregate_answers(effective: pl.DataFrame, roles: Sequence[str] | None = ("e
     Panel and rules as in the module docstring; ``roles=None`` uses every annotator.
     """
     if roles is not None:
-        bad = [r for r in roles if r not in ROLES]
+        bad = [r for r in roles if r not in ANSWER_ROLES]
         if bad:
-            raise ValueError(f"roles must be a subset of {ROLES}, got {list(roles)}")
+            raise ValueError(f"roles must be a subset of {ANSWER_ROLES}, got {list(roles)}")
         effective = effective.filter(pl.col("role").is_in(list(roles)))
     eff = _key_cols(effective)
     panel = eff.group_by(["dataset", "issue_type"]).agg(pl.col("annotator_id").n_unique().alias("n_panel"))

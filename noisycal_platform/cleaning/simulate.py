@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from noisycal_platform.cleaning.protocol import session_stop_index, stopping_count
-from noisycal_platform.contracts import CONFIRMATION_FIELDS, ISSUE_TYPES, ROLES, confirmation_problem
+from noisycal_platform.contracts import ANSWER_ROLES, CONFIRMATION_FIELDS, ISSUE_TYPES, confirmation_problem
 
 __all__ = ["Rater", "Truth", "simulate_answers"]
 
@@ -82,8 +82,8 @@ class Rater:
     specificity: float | Mapping[str, float]
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.role not in ANSWER_ROLES:
+            raise ValueError(f"role must be one of {ANSWER_ROLES}, got {self.role!r}")
         for name in ("sensitivity", "specificity"):
             v = getattr(self, name)
             vals = dict(v) if isinstance(v, Mapping) else dict.fromkeys(ISSUE_TYPES, v)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from noisycal_platform.confirm_app.annotators import ROLES
+from noisycal_platform.confirm_app.annotators import LOGIN_ROLES
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "HOST_HELP",
-    "ROLES",
+    "LOGIN_ROLES",
     "add_annotator",
     "create_app",
     "list_annotators",

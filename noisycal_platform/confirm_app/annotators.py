@@ -21,19 +21,19 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from noisycal_platform.contracts import ROLES as ANSWER_ROLES
+from noisycal_platform.contracts import ANSWER_ROLES
 from noisycal_platform.paths import validate_name
 
 __all__ = [
     "ANSWER_ROLES",
+    "LOGIN_ROLES",
     "NAME_RE",
-    "ROLES",
     "Annotator",
     "AnnotatorStore",
     "hash_token",
 ]
 
-ROLES = (*ANSWER_ROLES, "admin")  # login roles: admins see progress, never answer
+LOGIN_ROLES = (*ANSWER_ROLES, "admin")  # login roles: admins see progress, never answer
 # Names become file names (inbox/confirmations/<name>.jsonl): a conservative portable subset.
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 TOKEN_BYTES = 32
@@ -157,8 +157,8 @@ class AnnotatorStore:
         """Create ``name`` with ``role`` and return its new token (shown once). A revoked name is re-issued a
         fresh token; an active one raises ValueError (revoke it first)."""
         _validate_name(name)
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {ROLES}, got {role!r}")
+        if role not in LOGIN_ROLES:
+            raise ValueError(f"role must be one of {LOGIN_ROLES}, got {role!r}")
         token = secrets.token_urlsafe(TOKEN_BYTES)
         created = datetime.now(UTC).isoformat(timespec="seconds")
         with self._locked() as current:

@@ -30,30 +30,19 @@ from noisycal_platform.cleaning.protocol import answers_from_records
 from noisycal_platform.cleaning.protocol import effective_answers as protocol_effective_answers
 from noisycal_platform.confirm_app.queue import Candidate, QueueSnapshot, pair_key
 from noisycal_platform.contracts import confirmation_log_problems, confirmation_problem
+from noisycal_platform.files import fsync_dir, json_lines, read_json_lines
 from noisycal_platform.ingest import fault_point
-from noisycal_platform.io import json_lines
 
 __all__ = [
     "AnswerLog",
     "Outcome",
     "SessionState",
     "effective_answers",
-    "read_records",
     "session_state",
     "valid_records",
 ]
 
 FinishReason = Literal["stopping_rule", "exhausted"]
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every parseable JSON object line of ``path`` (none if it does not exist). A torn last line (power loss
-    mid-write) is skipped, never repaired in place."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    return json_lines(data)
 
 
 def valid_records(records: Iterable[dict]) -> list[dict]:
@@ -158,13 +147,13 @@ class AnswerLog:
         return self.folder / f"{annotator_id}.jsonl"
 
     def records(self, annotator_id: str) -> list[dict]:
-        return read_records(self.path(annotator_id))
+        return read_json_lines(self.path(annotator_id))
 
     def all_records(self) -> dict[str, list[dict]]:
         """annotator file stem -> records, for every log in the drop folder (admin page)."""
         if not self.folder.is_dir():
             return {}
-        return {p.stem: read_records(p) for p in sorted(self.folder.glob("*.jsonl")) if p.is_file()}
+        return {p.stem: read_json_lines(p) for p in sorted(self.folder.glob("*.jsonl")) if p.is_file()}
 
     def _thread_lock(self, annotator_id: str) -> threading.Lock:
         with self._guard:
@@ -264,7 +253,7 @@ class AnswerLog:
                     _write_all(fd, payload)
                     os.fsync(fd)
                     if not data:
-                        _fsync_dir(self.folder)  # a new file: make its directory entry durable too
+                        fsync_dir(self.folder)  # a new file: make its directory entry durable too
                     fault_point("answer_after_fsync")  # durable, not yet acknowledged
                     return Outcome("recorded", record=verdict)
                 finally:
@@ -289,9 +278,3 @@ def _write_all(fd: int, payload: bytes) -> None:
         view = view[n:]
 
 
-def _fsync_dir(folder: Path) -> None:
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -12,31 +12,23 @@ Answers go to their own append-only log ``inbox/correctness_audit/<annotator>.js
 re-decided under the lock, one ``write`` and ``fsync`` before the response; an undo is a record naming the
 answer it cancels. The cleaning confirmation log and its records are untouched.
 
-Routes (mounted by ``app.build_app`` with the app's own login, CSRF and origin checks):
-``GET /correctness``, ``POST /correctness/answer``, ``POST /correctness/undo``.
+Routes: ``correctness_pages.CORRECTNESS_ROUTES`` (``GET /correctness``, ``POST /correctness/answer``,
+``POST /correctness/undo``), behind the app's own guard (login, CSRF and origin checks).
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import polars as pl
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
-from starlette.routing import Route
 
 from noisycal_platform.confirm_app.answers import AnswerLog, Outcome, _now
-from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.audit_workflow import AuditPaths, effective_correctness_answers, read_audit_sample
-from noisycal_platform.correctness.labels import parse_model_output
 
-__all__ = ["QUESTION", "RECORD_TYPE", "CorrectnessLog", "CorrectnessState", "correctness_routes", "correctness_state"]
+__all__ = ["QUESTION", "RECORD_TYPE", "CorrectnessLog", "CorrectnessState", "SampleCache", "correctness_state"]
 
 RECORD_TYPE = "correctness_audit"
 QUESTION = {
@@ -129,7 +121,7 @@ def correctness_state(records: list[dict], sample: pl.DataFrame) -> CorrectnessS
     return CorrectnessState(done, len(keys), nxt, eff[-1] if eff else None, answers)
 
 
-class _SampleCache:
+class SampleCache:
     """The audit sample, re-read when the file changes (size, mtime)."""
 
     def __init__(self, path: Path) -> None:
@@ -146,86 +138,3 @@ class _SampleCache:
         if stamp != self._stamp:
             self._frame, self._stamp = read_audit_sample(self.path), stamp
         return self._frame
-
-
-def correctness_routes(
-    home: Path,
-    *,
-    render: Callable[..., Response],
-    authenticate: Callable[[Request], Any],
-    check_same_origin: Callable[[Request], None],
-    read_form: Callable[..., Any],
-    check_csrf: Callable[[Any, dict[str, str]], None],
-    require_answerer: Callable[[Any], None],
-    refused: Callable[[int, str], Exception],
-) -> list[Route]:
-    """The three routes, built on the host app's helpers (login, CSRF, origin checks, form limits)."""
-    log = CorrectnessLog(home)
-    cache = _SampleCache(AuditPaths(home).sample)
-
-    def sample_or_404() -> pl.DataFrame:
-        try:
-            s = cache.get()
-        except Exception as err:  # a file another process wrote: a parse error means "unavailable"
-            raise refused(503, f"The audit sample cannot be read: {err}") from err
-        if s is None:
-            raise refused(404, "There is no audit sample yet (noisycal audit sample).")
-        return s
-
-    async def posted(request: Request, fields: set[str]) -> tuple[Any, dict[str, str]]:
-        """The host's checks on an answering POST (origin, login, form limits, CSRF, answering role)."""
-        check_same_origin(request)
-        session = authenticate(request)
-        form = await read_form(request, {"csrf", *fields})
-        check_csrf(session, form)
-        require_answerer(session)
-        return session, form
-
-    async def page(request: Request) -> Response:
-        session = authenticate(request)
-        sample = sample_or_404()
-        records = await run_in_threadpool(log.records, session.annotator.name)
-        st = correctness_state(records, sample)
-        item = None
-        if st.next_position is not None:
-            row = sample.row(st.next_position, named=True)
-            parsed = parse_model_output(row["raw_output"])
-            item = {**row, "reasoning": parsed.reasoning}
-        return render(request, "correctness_question.html", session=session, q=QUESTION, state=st, item=item,
-                      categories=ERROR_CATEGORIES, read_only=session.annotator.role == "admin")
-
-    async def answer(request: Request) -> Response:
-        session, form = await posted(request, {"position", "dataset", "model", "case_id", "answer", "error_category"})
-        sample = sample_or_404()
-        pos = form.get("position", "")
-        if not pos.isdigit() or len(pos) > 12:
-            raise refused(422, "Field 'position' must be a non-negative integer.")
-        ans = form.get("answer")
-        cat = form.get("error_category") or None
-        if ans not in ("correct", "incorrect"):
-            raise refused(422, "Field 'answer' must be 'correct' or 'incorrect'.")
-        if (ans == "correct") != (cat is None) or (cat is not None and cat not in ERROR_CATEGORIES):
-            raise refused(422, f"An incorrect answer needs an error category in {list(ERROR_CATEGORIES)}; a correct "
-                               "one none.")
-        key = (form.get("dataset", ""), form.get("model", ""), form.get("case_id", ""))
-        outcome = await run_in_threadpool(log.answer_item, session.annotator.name, session.annotator.role,
-                                          sample, int(pos), key, ans, cat)
-        if outcome.kind == "conflict":
-            raise refused(409, outcome.detail.capitalize() + ".")
-        return RedirectResponse("/correctness", status_code=303)
-
-    async def undo(request: Request) -> Response:
-        session, form = await posted(request, {"undoes"})
-        undoes = form.get("undoes", "")
-        if not _ANSWER_ID_RE.fullmatch(undoes):
-            raise refused(422, "Field 'undoes' must be an answer id (32 hex digits).")
-        outcome = await run_in_threadpool(log.undo_item, session.annotator.name, session.annotator.role, undoes)
-        if outcome.kind == "conflict":
-            raise refused(409, outcome.detail.capitalize() + ".")
-        return RedirectResponse("/correctness", status_code=303)
-
-    return [
-        Route("/correctness", page, methods=["GET"]),
-        Route("/correctness/answer", answer, methods=["POST"]),
-        Route("/correctness/undo", undo, methods=["POST"]),
-    ]

@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 
 from noisycal_platform.contracts import ISSUE_TYPES
-from noisycal_platform.io import atomic_write_bytes, atomic_write_text
+from noisycal_platform.files import atomic_write_bytes, atomic_write_text
 from noisycal_platform.paths import name_problem
 
 __all__ = [

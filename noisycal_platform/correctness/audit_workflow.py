@@ -39,8 +39,10 @@ from noisycal_platform.correctness.audit_sample import (
     sample_csv_text,
 )
 from noisycal_platform.correctness.io import KEY, KEY_SCHEMA, CorrectnessInputError
+from noisycal_platform.files import read_json_lines
 from noisycal_platform.metrics import bootstrap_counts
 from noisycal_platform.spreadsheet import safe_csv_text, unsafe_cell
+from noisycal_platform.undo import cancelled_ids, entries_in_time_order
 
 __all__ = [
     "AGREEMENT_SCHEMA",
@@ -97,33 +99,26 @@ AGREEMENT_SCHEMA = {
 
 
 def effective_correctness_answers(records: Iterable[dict]) -> list[dict]:
-    """The correct/incorrect records that no undo cancels, in log order (an undo names the answer_id it
-    cancels; an undo of an undo restores it)."""
-    order: dict[str, int] = {}
-    active: dict[str, dict] = {}
-    undone_by: dict[str, dict] = {}
-    for i, r in enumerate(records):
-        ans, aid = r.get("answer"), str(r.get("answer_id"))
-        if ans in ("correct", "incorrect"):
-            active[aid] = r
-            order[aid] = i
-        elif ans == "undo":
-            target = str(r.get("undoes"))
-            if target in active:
-                undone_by[aid] = active.pop(target)
-            elif target in undone_by:
-                restored = undone_by.pop(target)
-                active[str(restored.get("answer_id"))] = restored
-    return sorted(active.values(), key=lambda r: order[str(r.get("answer_id"))])
+    """The correct/incorrect records that no undo cancels, in log order. Undo follows the one rule of
+    :mod:`noisycal_platform.undo` (an undo names the answer_id it cancels; an undo of an undo restores it); an
+    undo naming no earlier record of the same person cancels nothing (the tool's log is read as it is)."""
+    recs = list(records)
+    cancelled = cancelled_ids(entries_in_time_order(recs), strict=False)
+    seen: set[str] = set()
+    out = []
+    for r in recs:
+        aid = str(r.get("answer_id"))
+        if r.get("answer") in ("correct", "incorrect") and aid not in cancelled and aid not in seen:
+            seen.add(aid)
+            out.append(r)
+    return out
 
 
 def _web_annotations(folder: Path) -> list[dict]:
-    from noisycal_platform.confirm_app.answers import read_records  # the tool's torn-line-tolerant reader
-
     out = []
     for f in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         latest: dict[tuple, dict] = {}
-        for r in effective_correctness_answers(read_records(f)):
+        for r in effective_correctness_answers(read_json_lines(f)):
             latest[(r.get("dataset"), r.get("model"), r.get("case_id"))] = r  # the tool allows one per item
         for (ds, model, case), r in latest.items():
             out.append(
@@ -394,7 +389,7 @@ def run_audit_agreement(
     """Read the sample, the web and CSV annotations and the joint decisions under `home`; compute
     ``audit_agreement``; write exports/audit_disagreements.csv and correctness/audit/consensus.csv (each
     atomically, and only when its content changes). None when there is no audit sample yet."""
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
     from noisycal_platform.spreadsheet import write_person_csv
 
     paths = AuditPaths(Path(home))
@@ -418,3 +413,20 @@ def run_audit_agreement(
             else:
                 atomic_write_text(path, text)
     return res
+
+
+def write_audit_sample(home: str | Path, generations: pl.DataFrame, *, per_stratum: int, seed: int,
+                       force: bool = False) -> tuple[pl.DataFrame, Path]:
+    """Draw the audit sample of ``generations`` and write it to ``exports/audit_sample.csv`` (spreadsheet-safe,
+    with its exact ``.parquet`` twin) atomically; an
+    existing, different sample (answers may refer to it) is replaced only with ``force``. Returns (sample, path)."""
+    from noisycal_platform.spreadsheet import write_person_csv
+
+    sample = draw_audit_sample(generations, per_stratum=per_stratum, seed=seed)
+    text = sample_csv_text(sample)
+    path = AuditPaths(Path(home)).sample
+    if path.is_file() and path.read_text(encoding="utf-8") != text and not force:
+        raise ValueError(f"{path} exists with a different sample (answers may refer to it); pass --force to replace")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_person_csv(path, sample, text)
+    return sample, path

@@ -265,7 +265,7 @@ def collect_generations(
 
 def write_generations_jsonl(records: Sequence[dict[str, Any]], path: str | Path) -> Path:
     """Write records as JSONL (one object per line, UTF-8), atomically: the file is complete or absent."""
-    from noisycal_platform.io import atomic_write_text
+    from noisycal_platform.files import atomic_write_text
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -484,3 +484,19 @@ def collect_generations_openai(
                 }
             )
     return records
+
+
+def read_prompts_jsonl(path: str | Path) -> list[PromptSpec]:
+    """The prompts of a JSONL file (one object a line: case_id, dataset, task_question, candidate_labels,
+    reference_labels, multi_label, context); blank lines skipped; a bad line raises naming file and line."""
+    prompts = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                obj = json.loads(line)
+                obj["candidate_labels"], obj["reference_labels"] = (tuple(obj[k]) for k in ("candidate_labels",
+                                                                                            "reference_labels"))
+                prompts.append(PromptSpec(**obj))
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ValueError(f"{path}: line {n}: {type(exc).__name__}: {exc}") from None
+    return prompts

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from noisycal_platform.files import sha256_file
+
 __all__ = [
     "BEMModel",
     "EmbeddingModel",
@@ -78,19 +80,13 @@ def model_sha256(path: str | Path) -> str:
     the file's own sha256 and a newline (a single file: that file's sha256)."""
     path = Path(path)
     if path.is_file():
-        return _file_sha256(path)
+        return sha256_file(path)
     outer = hashlib.sha256()
     for f in sorted((p for p in path.rglob("*") if p.is_file()), key=lambda p: p.relative_to(path).as_posix()):
-        outer.update(f"{f.relative_to(path).as_posix()}\0{_file_sha256(f)}\n".encode())
+        outer.update(f"{f.relative_to(path).as_posix()}\0{sha256_file(f)}\n".encode())
     return outer.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def default_embedding_model_path() -> Path | None:

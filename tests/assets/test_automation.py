@@ -10,7 +10,7 @@ import pytest
 from assets.automation import annotation_sensor, model_version_sensor
 from assets.policy import EAGER, EAGER_PARTITIONED
 from definitions import build_definitions
-from noisycal_platform.io import sha256_file
+from noisycal_platform.files import sha256_file
 from orchestration.runner import instance_for, tick
 
 HEADER = "item_id,annotator_id,label\n"

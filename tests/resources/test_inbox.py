@@ -1,7 +1,7 @@
 """Drop-folder ingestion: exactly once per content hash; bad batches quarantined with a reason; nothing lost."""
 
+from noisycal_platform.files import sha256_file
 from noisycal_platform.ingest import accepted_annotations, ingest_annotation_batches, ledger_entries
-from noisycal_platform.io import sha256_file
 
 HEADER = "item_id,annotator_id,label\n"
 

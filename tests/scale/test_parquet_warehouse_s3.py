@@ -148,7 +148,7 @@ def test_a_killed_writer_leaves_the_previous_version_readable(root):
 
 
 def test_noisycal_query_reads_the_s3_views_of_its_snapshot(tmp_path, root):
-    from orchestration.snapshot import query, refresh_snapshot
+    from resources.snapshot import query, refresh_snapshot
 
     (tmp_path / "settings.json").write_text(json.dumps({"warehouse": "parquet", "warehouse_root": root}))
     _write(ParquetWarehouseIOManager(database=str(tmp_path / "warehouse.duckdb"), root=root), "v1", _frame("v1", 3, 4))

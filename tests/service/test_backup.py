@@ -13,8 +13,8 @@ import duckdb
 import pytest
 
 from noisycal_platform.backup import MANIFEST, BackupError, restore_home, verify_snapshot
+from noisycal_platform.files import append_line_durably, atomic_write_text
 from noisycal_platform.ingest import ingest_annotation_batches
-from noisycal_platform.io import append_line_durably, atomic_write_text
 from noisycal_platform.paths import HomeLayout
 from orchestration.cli import main
 from orchestration.instance import home_lock

@@ -6,8 +6,8 @@ import os
 import numpy as np
 from PIL import Image
 
+from noisycal_platform.dataset_scan import scan_dataset_folder
 from orchestration import cli
-from orchestration.dataset_scan import scan_dataset_folder
 
 
 def _images(folder, n):

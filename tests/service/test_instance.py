@@ -155,7 +155,7 @@ def test_a_killed_holder_never_blocks_and_a_waiter_honours_sigterm(tmp_path):
 def test_beside_a_live_daemon_tick_leaves_it_to_the_daemon_and_materialize_needs_its_queue(tmp_path):
     from dagster._daemon.types import DaemonHeartbeat
 
-    from orchestration.queue import QueueUnavailable
+    from orchestration.run_queue import QueueUnavailable
     from orchestration.runner import materialize_everything, tick
 
     @dg.asset

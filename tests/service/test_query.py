@@ -9,7 +9,7 @@ import duckdb
 import polars as pl
 
 from orchestration import cli
-from orchestration.snapshot import query, refresh_snapshot, snapshot_path
+from resources.snapshot import query, refresh_snapshot, snapshot_path
 
 REPO = Path(__file__).resolve().parents[2]
 WRITER = (

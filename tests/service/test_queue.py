@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from orchestration.instance import daemon_running, instance_for
-from orchestration.queue import service_address
+from orchestration.run_queue import service_address
 from orchestration.service import serve_in_background
 from tests._server import free_port, wait_for_server_info
 

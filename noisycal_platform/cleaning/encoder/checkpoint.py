@@ -25,8 +25,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from noisycal_platform.files import sha256_file
+
+from ._torch import ARCHS, build_efficientnet_lite, fmt_keys, load_state_dict_strict
+
 LAYOUTS = ("auto", "dino", "state_dict", "safetensors")
-_LIST_MAX = 12  # keys shown per list in error messages (the count is always given)
 
 
 @dataclass
@@ -38,34 +41,6 @@ class LoadedCheckpoint:
     layout: str
     sha256: str
     path: str
-
-
-def _fmt_keys(keys: list[str]) -> str:
-    shown = ", ".join(keys[:_LIST_MAX])
-    return f"{len(keys)} ({shown}{', …' if len(keys) > _LIST_MAX else ''})"
-
-
-def load_state_dict_strict(net: nn.Module, state: Mapping[str, Any], *, source: str) -> None:
-    """``net.load_state_dict(state)`` with a clear error naming missing, unexpected and mis-shaped keys."""
-    if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
-        raise ValueError(f"{source}: expected a state dict (str -> tensor), got {type(state).__name__}")
-    own = net.state_dict()
-    missing = sorted(set(own) - set(state))
-    unexpected = sorted(set(state) - set(own))
-    shape = sorted(k for k in set(own) & set(state)
-                   if not isinstance(state[k], torch.Tensor) or tuple(state[k].shape) != tuple(own[k].shape))
-    if missing or unexpected or shape:
-        parts = []
-        if missing:
-            parts.append(f"missing keys {_fmt_keys(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys {_fmt_keys(unexpected)}")
-        if shape:
-            detail = [f"{k}: file {tuple(getattr(state[k], 'shape', ()))} vs model {tuple(own[k].shape)}"
-                      for k in shape[:_LIST_MAX]]
-            parts.append(f"shape mismatches {len(shape)} ({'; '.join(detail)})")
-        raise ValueError(f"{source}: checkpoint does not fit the {type(net).__name__} network: " + "; ".join(parts))
-    net.load_state_dict(dict(state), strict=True)
 
 
 # timm / DINO ViT naming -> this package's ViT (nn.TransformerEncoder) naming
@@ -135,7 +110,7 @@ def _read(path: Path, layout: str) -> tuple[dict[str, Any], str]:
         state, _ = _strip_prefixes(teacher)
         return state, "dino"
     if layout == "dino":
-        raise ValueError(f"{path}: no 'teacher' entry (keys: {_fmt_keys(sorted(map(str, raw)))})")
+        raise ValueError(f"{path}: no 'teacher' entry (keys: {fmt_keys(sorted(map(str, raw)))})")
     for key in ("state_dict", "model"):
         if isinstance(raw.get(key), Mapping):
             raw = raw[key]
@@ -153,7 +128,7 @@ def load_checkpoint(path: str | Path, *, arch: str = "vit_tiny", layout: str = "
     A ViT file in timm / DINO naming gets LayerNorm eps = 1e-6, as timm and DINO build it.
     """
     from .config import PAPER
-    from .pretrained import ARCHS, FrozenEncoder, build_efficientnet_lite, file_sha256
+    from .pretrained import FrozenEncoder
 
     p = Path(path)
     if layout not in LAYOUTS:
@@ -162,7 +137,7 @@ def load_checkpoint(path: str | Path, *, arch: str = "vit_tiny", layout: str = "
         raise ValueError(f"arch: expected 'vit_tiny' or one of {sorted(ARCHS)}, got {arch!r}")
     if not p.is_file():
         raise ValueError(f"encoder_checkpoint: file {str(path)!r} does not exist")
-    sha = file_sha256(p)
+    sha = sha256_file(p)
     state, found = _read(p, layout)
     if arch == "vit_tiny":
         from ._dino import Encoder

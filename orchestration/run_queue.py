@@ -16,7 +16,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from noisycal_platform.io import atomic_write_text
+from noisycal_platform.files import atomic_write_text
 from orchestration.errors import HomeBusy
 from orchestration.instance import FINISHED_STATUSES, dagster_home
 

@@ -9,14 +9,17 @@ opened beyond an ``os.access`` check, so no content of a refused file is ever re
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from noisycal_platform.cleaning.images import IMAGE_EXTENSIONS
+from noisycal_platform.files import atomic_write_text
+from noisycal_platform.paths import HomeLayout, validate_name
 
-__all__ = ["FolderScan", "scan_dataset_folder"]
+__all__ = ["FolderScan", "Registration", "register_dataset", "scan_dataset_folder"]
 
 
 @dataclass
@@ -83,3 +86,29 @@ def scan_dataset_folder(root: str | Path) -> FolderScan:
             elif path.suffix.lower() in IMAGE_EXTENSIONS:
                 scan.images += 1
     return scan
+
+
+@dataclass(frozen=True)
+class Registration:
+    """The outcome of :func:`register_dataset`: ``problem`` is None when ``name`` now maps to ``path``."""
+
+    path: Path
+    scan: FolderScan | None = None
+    problem: str | None = None
+
+
+def register_dataset(layout: HomeLayout, name: str, folder: str | Path) -> Registration:
+    """Register the image folder ``folder`` under ``name`` in ``datasets.json`` (images are not copied) once the
+    up-front scan finds at least one readable image and nothing to refuse; the registry is rewritten atomically.
+    Raises :class:`~noisycal_platform.paths.InvalidName` for a bad name."""
+    validate_name(name, "dataset")
+    path = Path(folder).expanduser().resolve()
+    if not path.is_dir():
+        return Registration(path, problem=f"not a folder: {path}")
+    scan = scan_dataset_folder(path)
+    if scan.refused or scan.images == 0:
+        return Registration(path, scan, problem=f"not registered: {scan.summary()}")
+    registry = json.loads(layout.dataset_registry.read_text("utf-8")) if layout.dataset_registry.is_file() else {}
+    registry[name] = str(path)
+    atomic_write_text(layout.dataset_registry, json.dumps(registry, indent=1, sort_keys=True))
+    return Registration(path, scan)
