@@ -169,7 +169,7 @@ def generations_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource
 @dg.sensor(target=[AUDIT_AGREEMENT], default_status=RUNNING, minimum_interval_seconds=60)
 def audit_answers_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
     """Audit answers, adjudications or the audit sample changed -> recompute agreement and the consensus labels
-    (seed 002 §2.4: two annotators, then a joint decision on their disagreements)."""
+    (Rethinking Correctness 2026 §2.4: two annotators, then a joint decision on their disagreements)."""
     paths = AuditPaths(inbox.layout.home)
     sample = paths.sample
     fingerprint = _folder_fingerprint(paths.web_answers, paths.annotation_csvs, paths.adjudications) + (

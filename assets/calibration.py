@@ -1,4 +1,4 @@
-"""Calibration stage (seed 000), one partition per model version.
+"""Calibration stage (Hanada and Futami 2026), one partition per model version.
 
 raw/annotations + raw/predictions[v] -> channel_estimates[v] -> nc_ece_report[v] -> recalibrators[v]
 -> recalibration_report[v]. Each body reads, calls its step's method of the version object
@@ -55,7 +55,7 @@ def _md_table(frame: pl.DataFrame, columns: list[str], digits: int = 4) -> str:
     ins=SCORED_INS,
     schema=CHANNEL_ESTIMATES_SCHEMA,
     description="Estimated annotator channels (FPR a_j, FNR b_j, gap δ_j), aggregation weights and fit "
-    "diagnostics for the items this model version scored (seed 000 §4).",
+    "diagnostics for the items this model version scored (Hanada and Futami 2026 §4).",
 )
 def channel_estimates(
     context: dg.AssetExecutionContext,
@@ -104,7 +104,7 @@ def _float_metadata(row: dict, columns: dict[str, str]) -> dict[str, float]:
     schema=NC_ECE_REPORT_SCHEMA,
     description="NC-ECE (plug-in and debiased) with an interval and a calibration test whose replicates "
     "re-estimate the channels, beside naive ECE under majority vote, soft vote and each single annotator "
-    "(seed 000 §3, §C, §6).",
+    "(Hanada and Futami 2026 §3, §C, §6).",
 )
 def nc_ece_report(
     annotations: pl.DataFrame,

@@ -220,7 +220,7 @@ channel_gap_not_zero = _at_least_check(
     CHANNEL_GAP_NOT_ZERO,
     "Every channel gap is at least min_channel_gap: δ_j = 1 − a_j − b_j for two classes, the smallest "
     "singular value of the confusion matrix T_j for more; a gap near 0 makes the corrected labels (A − a)/δ, "
-    "T_j^{-T} e_A, explode (seed 000 §4.3).",
+    "T_j^{-T} e_A, explode (Hanada and Futami 2026 §4.3).",
     _smallest_gap,
     "min_channel_gap",
     "min_gap",
@@ -263,7 +263,8 @@ def nc_ece_within_limit(nc_ece_report: pl.DataFrame, settings: SettingsResource)
     asset=NC_ECE_REPORT,
     name=CALIBRATION_TEST_NOT_REJECTED,
     description="WARN when the calibration test rejects H0 P(Y=1 | s) = s at the 5% level (null simulated with the "
-    "estimated channels and the observed missingness, channels refitted in every replicate; seed 000 §3).",
+    "estimated channels and the observed missingness, channels refitted in every replicate; Hanada and Futami 2026 "
+    "§3).",
 )
 def calibration_test_not_rejected(nc_ece_report: pl.DataFrame) -> dg.AssetCheckResult:
     rows = _nc_rows(nc_ece_report)  # multi-class: the kind with the smallest p-value speaks
@@ -275,7 +276,8 @@ def calibration_test_not_rejected(nc_ece_report: pl.DataFrame) -> dg.AssetCheckR
 
 
 def _assumption_check(name: str, prefix: str, description: str) -> dg.AssetChecksDefinition:
-    """A WARN check on the channel table's ``<prefix>_statistic`` / ``<prefix>_p_value`` (seed 000 §D.7)."""
+    """A WARN check on the channel table's ``<prefix>_statistic`` / ``<prefix>_p_value`` (Hanada and Futami 2026
+    §D.7)."""
 
     @dg.asset_check(asset=CHANNEL_ESTIMATES, name=name, description=description)
     def _check(channel_estimates: pl.DataFrame) -> dg.AssetCheckResult:
@@ -296,13 +298,13 @@ annotators_conditionally_independent = _assumption_check(
     ANNOTATORS_CONDITIONALLY_INDEPENDENT,
     "independence",
     "WARN when observed pairwise agreement exceeds what channels fitted without that pair imply, within score "
-    "groups (bootstrap p-value; seed 000 §4.1, §D.7: annotators independent given the class).",
+    "groups (bootstrap p-value; Hanada and Futami 2026 §4.1, §D.7: annotators independent given the class).",
 )
 channels_score_invariant = _assumption_check(
     CHANNELS_SCORE_INVARIANT,
     "invariance",
     "WARN when an annotator's error rates trend across score groups (bootstrap p-value of the largest standardised "
-    "trend; seed 000 §4.1, §D.7: channels shared across scores).",
+    "trend; Hanada and Futami 2026 §4.1, §D.7: channels shared across scores).",
 )
 
 

@@ -1,4 +1,5 @@
-"""Correctness stage (seed 002): criteria decisions, UE scores, the audit against human labels, the AUROC
+"""Correctness stage (Rethinking Correctness 2026): criteria decisions, UE scores, the audit against human labels, the
+AUROC
 sensitivity of UE methods to the criterion, and false acceptance by error category.
 
 raw/generations, raw/audit_labels -> criterion_decisions, ue_scores -> criterion_audit, ue_sensitivity,

@@ -239,7 +239,7 @@ CLEANING_INPUTS = {"images": dg.AssetIn(IMAGES), **{n: dg.AssetIn(CLEANING.key(n
     ins=CLEANING_INPUTS,
     schema=REPORT_SCHEMA,
     description="HTML cleaning report (reports/cleaning.html): review progress, issue table per dataset and "
-    "rule (seed 001 Table 1), agreement with CIs, ranking quality (and vs known truth), speed-up, impact on "
+    "rule (Gröger et al. 2023 Table 1), agreement with CIs, ranking quality (and vs known truth), speed-up, impact on "
     "model metrics, stopping-rule sensitivity, expert vs lay, top candidates as thumbnails. Before any answer "
     "it shows the ranked candidates and says that no answers have arrived.",
 )

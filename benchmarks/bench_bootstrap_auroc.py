@@ -1,7 +1,8 @@
 """Benchmark: the full paired stratified bootstrap of the correctness audit vs a loop of sklearn
 roc_auc_score.
 
-Workload (seed 002 §3.1: 10,000 paired replicates that keep each group's EM quotas): every active criterion plus
+Workload (Rethinking Correctness 2026 §3.1: 10,000 paired replicates that keep each group's EM quotas): every active
+criterion plus
 the human labels; four UE methods; nine dataset-model groups; 450 audited items (the seeded synthetic demo). The
 demo has no NLI model, so semantic entropy is not computed; to keep the seed's four-method cost, its column is
 filled with the answer-entropy values (a timing stand-in only, printed as such). Ours: `paired_bootstrap`

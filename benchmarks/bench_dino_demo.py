@@ -1,4 +1,5 @@
-"""Demo near duplicates: DINO (a preset, with overrides) vs the non-learned baseline, same run (seed 001 §3.2).
+"""Demo near duplicates: DINO (a preset, with overrides) vs the non-learned baseline, same run (Gröger et al. 2023
+§3.2).
 
 Writes the demo digits dataset (1,480 images, 55 injected near-duplicate pairs) to a scratch home,
 trains DINO and, after every epoch, ranks the exact top-k pairs of the teacher embedding. For each

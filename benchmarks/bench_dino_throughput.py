@@ -1,4 +1,5 @@
-"""DINO training throughput on CPU (images/s per epoch) for the DEMO and PAPER presets (seed 001 §3.6, App. E).
+"""DINO training throughput on CPU (images/s per epoch) for the DEMO and PAPER presets (Gröger et al. 2023 §3.6, App.
+E).
 
 * DEMO: trains the full preset on the digits demo dataset (1,480 images, 32 px) and reports the
   measured images/s per epoch and the total time.

@@ -1,4 +1,4 @@
-"""Benchmark the SelfClean candidate rankings against their peers (seed 001 §3.2).
+"""Benchmark the SelfClean candidate rankings against their peers (Gröger et al. 2023 §3.2).
 
 Run by hand, once, on the shared 2-core box:
 

@@ -7,7 +7,7 @@ a SQL model); this module only explains them. ``GLOSSARY`` maps a column name to
 ``tests/test_column_docs.py`` requires a description for every declared column and an entry of this module to
 be used by some table, so the two cannot drift apart.
 
-Papers cited: Hanada & Futami (2026) for noise-corrected calibration (NC-ECE, annotator channels,
+Papers cited: Hanada and Futami (2026) for noise-corrected calibration (NC-ECE, annotator channels,
 recalibration); Gröger et al. (2023), SelfClean, for the data-cleaning rankings and their confirmation;
 "Rethinking Correctness" (2026) for the correctness criteria and their audit (H_f, D_f, F_f). See
 ``docs/references.md``.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 __all__ = ["GLOSSARY", "TABLE_OVERRIDES", "describe"]
 
-_NC = "Hanada & Futami 2026"
+_NC = "Hanada and Futami 2026"
 _SC = "SelfClean, Gröger et al. 2023"
 _RC = "Rethinking Correctness 2026"
 
@@ -90,7 +90,7 @@ GLOSSARY: dict[str, str] = {
     "em_stratum": "Audit sampling stratum: whether exact match accepted or rejected the answer.",
     "decision": "How the audit label was reached: 'independent' (both auditors agreed) or 'joint' (decided "
     "together after a disagreement).",
-    # --- calibration: annotator channels (Hanada & Futami 2026) ---------------------------------------------
+    # --- calibration: annotator channels (Hanada and Futami 2026) ---------------------------------------------
     "fpr": f"Annotator's estimated false-positive rate a_j: P(says 1 | truly 0) ({_NC}).",
     "fnr": f"Annotator's estimated false-negative rate b_j: P(says 0 | truly 1) ({_NC}).",
     "gap": f"Annotator's informativeness δ_j = 1 − a_j − b_j (0 = guessing, 1 = perfect) ({_NC}).",

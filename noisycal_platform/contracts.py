@@ -168,7 +168,7 @@ def id_problem(value: object) -> str | None:
 
 # ------------------------------------------------------------------------------ confirmation answers
 # One confirmation answer, as the confirmation tool writes it (one JSON object per line of
-# ``inbox/confirmations/<annotator>.jsonl``) and as the cleaning protocol reads it (seed 001 §3.3-3.4).
+# ``inbox/confirmations/<annotator>.jsonl``) and as the cleaning protocol reads it (Gröger et al. 2023 §3.3-3.4).
 ISSUE_TYPES = ("irrelevant", "near_duplicate", "label_error")
 ANSWERS = ("yes", "no", "undo")
 #: who answers; the tool's "admin" logins (``confirm_app.annotators.LOGIN_ROLES``) never write answers
@@ -345,7 +345,7 @@ def confirmation_log_problems(records: list[Mapping]) -> dict[int, Problem]:
 
 
 # ------------------------------------------------------------------------------------------ cleaning scores
-#: A model's scores on an image dataset, for the cleaning-impact analysis (seed 001 §4.3):
+#: A model's scores on an image dataset, for the cleaning-impact analysis (Gröger et al. 2023 §4.3):
 #: ``models/<version>/cleaning/<dataset>.csv``, one row per image (``file_name`` as in the dataset).
 CLEANING_SCORES = _keyed_by(
     "cleaning_scores",

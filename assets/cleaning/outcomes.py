@@ -1,4 +1,4 @@
-"""Cleaning, last sub-stage: what the confirmed answers say (seed 001 §3.3-§4.5).
+"""Cleaning, last sub-stage: what the confirmed answers say (Gröger et al. 2023 §3.3-§4.5).
 
 confirmed_issues, raw/confirmations, cleaned_file_list -> label_error_prevalence, agreement, ranking_quality,
 annotation_speedup, stopping_sensitivity, expert_vs_lay, cleaning_impact; rankings -> ranking_vs_truth where the
@@ -51,7 +51,7 @@ __all__ = [
     ins=CONFIRMED_IN,
     schema=PREVALENCE_SCHEMA,
     description="Prevalence of confirmed label errors with a Clopper–Pearson 95% CI (label errors are "
-    "reported, not removed: seed 001 §3.4).",
+    "reported, not removed: Gröger et al. 2023 §3.4).",
 )
 def label_error_prevalence(
     context: dg.AssetExecutionContext, images: pl.DataFrame, confirmed_issues: pl.DataFrame
@@ -105,7 +105,7 @@ def stopping_sensitivity(context: dg.AssetExecutionContext, confirmations: pl.Da
     {"expert_lay_differences": DIFF_SCHEMA, "expert_lay_tests": TEST_SCHEMA},
     **AFTER_QUEUE,
     description="Expert vs lay raters: per reference expert κ(expert, expert) − κ(expert, lay), one-sided paired "
-    "sign test (seed 001 §4.5), with the mean sign-flip permutation test as an extra column.",
+    "sign test (Gröger et al. 2023 §4.5), with the mean sign-flip permutation test as an extra column.",
 )
 def expert_vs_lay(context: dg.AssetExecutionContext, confirmations: pl.DataFrame, settings: SettingsResource):
     diffs, tests = outcomes.expert_lay_table(answers_of(context, confirmations), seed=settings.seed)

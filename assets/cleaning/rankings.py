@@ -1,4 +1,4 @@
-"""Cleaning, second sub-stage: the three issue rankings per embedding kind (seed 001 §3.3).
+"""Cleaning, second sub-stage: the three issue rankings per embedding kind (Gröger et al. 2023 §3.3).
 
 embeddings -> rank_irrelevant; embeddings -> neighbour_rankings -> rank_near_duplicates, rank_label_errors (one
 step: one pass over the nearest neighbours feeds both).
@@ -25,7 +25,7 @@ __all__ = ["neighbour_rankings", "rank_irrelevant"]
     ins=EMBEDDED_IN,
     schema=RANKING_SCHEMA,
     description="Irrelevant-sample ranking: single-linkage clustering, dendrogram-area walk (lower score = "
-    "joins late and alone = more suspicious), per embedding kind (seed 001 §3.3).",
+    "joins late and alone = more suspicious), per embedding kind (Gröger et al. 2023 §3.3).",
 )
 def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> dg.Output[pl.DataFrame]:
     frame = rankings.rank_irrelevant(images, embeddings)
@@ -43,10 +43,10 @@ NEAR_DUPLICATES, LABEL_ERRORS = RANK_NEAR_DUPLICATES.path[-1], RANK_LABEL_ERRORS
     can_subset=True,
     descriptions={
         NEAR_DUPLICATES: "Near-duplicate ranking: the exact top-k closest pairs by d = (1 − cos)/2, block-wise "
-        "(no N×N matrix), per embedding kind (seed 001 §3.3); with near_duplicate_rerank the learned "
+        "(no N×N matrix), per embedding kind (Gröger et al. 2023 §3.3); with near_duplicate_rerank the learned "
         "embedding's exact k-NN candidates re-ranked by SIFT inliers of one similarity transform.",
         LABEL_ERRORS: "Label-error ranking: d_diff² / (d_same² + d_diff²) with the nearest same-label and "
-        "different-label neighbours, ascending, per embedding kind (seed 001 §3.3).",
+        "different-label neighbours, ascending, per embedding kind (Gröger et al. 2023 §3.3).",
     },
     description="The near-duplicate and label-error rankings, one step: both read every image's nearest "
     "neighbours, so with the dask executor one pass of row-block tasks feeds both. Either reruns alone (the "

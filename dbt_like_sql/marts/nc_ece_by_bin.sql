@@ -2,7 +2,7 @@
 -- description: Per-bin noise-corrected calibration table for the latest model version, in SQL.
 -- description: Must equal noisycal_platform.calibration.nc_ece(...).bins to 1e-9 (tests/sql/test_marts.py):
 -- description: bin = min(floor(score*B), B-1) (staged in staging.stg_scored_items); corrected label of an item = sum_j w_j (A_ij - a_j)/delta_j / sum_j w_j
--- description: over the annotators present; items with no annotation or zero total weight are excluded (seed 000 §3).
+-- description: over the annotators present; items with no annotation or zero total weight are excluded (Hanada and Futami 2026 §3).
 -- description: Like the library, it aggregates per (bin, answer pattern) first and applies the channels to the few
 -- description: distinct patterns, so its cost is one aggregation of staging.stg_scored_items over small integers.
 -- column: model_version String

@@ -1,4 +1,4 @@
-"""Noise-corrected calibration of a fixed binary predictor from several noisy annotators (seed 000).
+"""Noise-corrected calibration of a fixed binary predictor from several noisy annotators (Hanada and Futami 2026).
 
 Public API: channels (`Channel`, `ChannelFit`, `estimate_channels`, `NotIdentifiableError`), NC-ECE
 (`binned_ece`, `nc_ece`, `NCECEResult`, `aggregation_weights`), the calibration test with debiased NC-ECE and an

@@ -5,7 +5,7 @@ A version is multi-class when its predictions came as ``p_<class>`` columns (``r
 its annotations' ``label_text`` is matched against those class names. Channels are per-annotator C×C confusion
 matrices T_j[y, a] = P(A_j = a | Y = y) by multi-class Dawid–Skene (Dawid & Skene 1979), corrected one-hot labels
 Ỹ = T_j^{-T} e_{A_j} (backward correction, Patrini et al. 2017) and top-label / classwise NC-ECE, extending
-seed 000 §3–§5 from two classes to C.
+Hanada and Futami 2026 §3–§5 from two classes to C.
 
 Channel table, long format (the binary table's columns, so both kinds of version share one warehouse table):
 one row per (annotator_id, true_class, answered_class) with ``probability`` = T_j[y, a]; ``gap`` is the smallest
@@ -303,7 +303,8 @@ def class_nc_ece_rows(
 
 # ------------------------------------------------------------------------------------------- recalibration
 def _fit_part(cm: ClassMatrix, mask: np.ndarray, ct: ConfusionTable, seed: int) -> tuple[str, dict[str, Any]]:
-    """Confusion matrices and weights fitted on the fit items ("split", seed 000 §E.5), else the stored ones
+    """Confusion matrices and weights fitted on the fit items ("split", Hanada and Futami 2026 §E.5), else the stored
+    ones
     ("reuse", with the reason)."""
     try:
         if ct.method == "known":

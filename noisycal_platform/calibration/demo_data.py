@@ -1,6 +1,6 @@
 """Demo inputs for the calibration pipeline: breast cancer (scikit-learn) + simulated annotators.
 
-Semi-synthetic set-up as in seed 000 §6.2 / §G.3: a real tabular data set, a predictor trained on one part
+Semi-synthetic set-up as in Hanada and Futami 2026 §6.2 / §G.3: a real tabular data set, a predictor trained on one part
 and scored on the other, and annotators simulated with class-conditional noise
 P(A_j = 1 | Y = 0) = a_j, P(A_j = 0 | Y = 1) = b_j, independent given Y.
 

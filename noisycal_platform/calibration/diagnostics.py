@@ -1,4 +1,5 @@
-"""Checks of the channel model's assumptions (seed 000 §4.1, §D.7): conditional independence given the class, and
+"""Checks of the channel model's assumptions (Hanada and Futami 2026 §4.1, §D.7): conditional independence given the
+class, and
 channels that do not depend on the score.
 
 Both are parametric-bootstrap tests of the shared-channel score-group model (§F.1.2) fitted on G score-quantile
@@ -169,7 +170,7 @@ def _trend_contrasts(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, fp
 def assumption_checks(
     annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
 ) -> AssumptionChecks:
-    """Conditional-independence and score-invariance checks of the channel model (seed 000 §D.7).
+    """Conditional-independence and score-invariance checks of the channel model (Hanada and Futami 2026 §D.7).
 
     annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
     their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3

@@ -1,4 +1,4 @@
-"""Binned ECE and noise-corrected ECE (NC-ECE) (seed 000 §2.1, §3, §C.1, §C.5).
+"""Binned ECE and noise-corrected ECE (NC-ECE) (Hanada and Futami 2026 §2.1, §3, §C.1, §C.5).
 
 Bin rule (shared with the SQL model): bin(s) = min(floor(s·B), B − 1), s ∈ [0, 1], float64 product.
 
@@ -9,12 +9,12 @@ Items with J_i = ∅ ("unannotated") or W_i = 0 ("zero weight") are excluded and
 items and bins k:
     n_k = #items in k, mean_score_k = mean s, mean_corrected_label_k = mean Ỹ,
     residual_k = mean_corrected_label_k − mean_score_k,
-    NC-ECE = Σ_k (n_k/N)·|residual_k| = Σ_k |Σ_{i∈k}(Ỹ_i − s_i)| / N                  (seed 000 §3)
+    NC-ECE = Σ_k (n_k/N)·|residual_k| = Σ_k |Σ_{i∈k}(Ỹ_i − s_i)| / N                  (Hanada and Futami 2026 §3)
 Identity channels (a = b = 0) give the ordinary binned ECE.
 
 Implementation: Ỹ_i depends only on the item's answer pattern, so the kernel counts items and sums scores
 per (bin, pattern) cell with ``bincount`` over cache-sized chunks (no (n, K) float64 temporaries), then
-combines the ≤ B·3^K cells with the per-pattern corrected labels (seed 000 §F.3: O(nK + M)).
+combines the ≤ B·3^K cells with the per-pattern corrected labels (Hanada and Futami 2026 §F.3: O(nK + M)).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ __all__ = [
 
 _CHUNK = 1 << 16
 _MAX_CELLS = 1 << 21
-PREVALENCE_CLIP = 1e-4  # seed 000 §F.4: plug-in class proportion clipped to [1e-4, 1 − 1e-4]
+PREVALENCE_CLIP = 1e-4  # Hanada and Futami 2026 §F.4: plug-in class proportion clipped to [1e-4, 1 − 1e-4]
 
 
 def _check_n_bins(n_bins: Any) -> int:
@@ -76,7 +76,7 @@ def bin_index(scores: Any, n_bins: int = 15) -> np.ndarray:
 
 
 def binned_ece(scores: Any, labels: Any, n_bins: int = 15) -> float:
-    """Binned ECE Σ_k (n_k/n)·|mean_k(y) − mean_k(s)|; ``labels`` may be real-valued (seed 000 §2.1)."""
+    """Binned ECE Σ_k (n_k/n)·|mean_k(y) − mean_k(s)|; ``labels`` may be real-valued (Hanada and Futami 2026 §2.1)."""
     s = _check_scores(scores)
     y = np.asarray(labels, dtype=np.float64)
     if y.shape != s.shape:
@@ -122,7 +122,7 @@ def corrected_labels(annotations: Any, channels: Any, weights: Any) -> np.ndarra
 
 def plugin_prevalence(annotations: Any, channels: Any) -> float:
     """π̂ = mean of equally weighted corrected labels over annotated items, clipped to [1e-4, 1−1e-4] (§F.4)
-    (seed 000)."""
+    (Hanada and Futami 2026)."""
     a = as_annotation_array(annotations)
     y = corrected_labels(a, channels, np.ones(a.shape[1]))
     y = y[~np.isnan(y)]

@@ -17,7 +17,7 @@ Asset → function: ``calibration/channel_estimates`` → `channel_estimates`; `
 ``calibration/recalibration_report`` → `recalibration_report`. Each docstring states its formula's seed section.
 
 The channel table's ``weight`` column holds the exact per-annotator weights every downstream NC-ECE uses,
-so the SQL model reproduces the NC-ECE bins with (seed 000 §3):
+so the SQL model reproduces the NC-ECE bins with (Hanada and Futami 2026 §3):
     Ỹ_i = Σ_{j∈J_i} weight_j·(label_ij − fpr_j)/gap_j / Σ_{j∈J_i} weight_j,  J_i = annotators of item i,
     bin_i = least(floor(score_i·B), B − 1), per bin: n, avg(score), avg(Ỹ), avg(Ỹ) − avg(score);
 items without annotation (or Σ weight = 0) are excluded; only non-empty bins appear.
@@ -58,7 +58,7 @@ def channel_estimates(
     n_check_replicates: int = 200,
 ) -> pl.DataFrame:
     """Channels (a_j, b_j, δ_j), aggregation weights and fit diagnostics, one row per annotator
-    (`tables.channel_estimates_table`, seed 000 §4), plus the two assumption checks of §D.7
+    (`tables.channel_estimates_table`, Hanada and Futami 2026 §4), plus the two assumption checks of §D.7
     (`diagnostics.assumption_checks`: statistic and bootstrap p-value, repeated on every row).
 
     A multi-class version (``n_classes`` > 2 or p_<class> predictions): confusion matrices by multi-class
@@ -82,7 +82,8 @@ def nc_ece_report(
     n_bootstrap_subgroups: int | None = None,
 ) -> pl.DataFrame:
     """NC-ECE (plug-in and debiased), its interval, the calibration test and the naive ECEs
-    (`tables.nc_ece_report_table` → `inference.calibration_test`, seed 000 §3, §C); for a multi-class version
+    (`tables.nc_ece_report_table` → `inference.calibration_test`, Hanada and Futami 2026 §3, §C); for a multi-class
+    version
     top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
     of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups), with
     ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
@@ -102,7 +103,8 @@ def recalibrators(
     seed: int = 0,
 ) -> pl.DataFrame:
     """Corrected and naive recalibrators fitted on the fit part of the split, channels fitted there too
-    (`recalibration_tables.recalibrators_table`, seed 000 §5, §E.2, §E.5); multi-class: temperature scaling
+    (`recalibration_tables.recalibrators_table`, Hanada and Futami 2026 §5, §E.2, §E.5); multi-class: temperature
+    scaling
     and the classwise projected histogram (`class_tables.class_recalibrators_table`). (`versions.*.recalibrate`.)"""
     return version(annotations, predictions).recalibrate(channel_estimates, n_bins=n_bins, method=method, seed=seed)
 
@@ -117,7 +119,7 @@ def recalibration_report(
     n_bins: int = 15,
 ) -> pl.DataFrame:
     """Every recalibrator scored on the held-out items with channels not fitted on them
-    (`recalibration_tables.recalibration_report_table`, seed 000 §E.4; multi-class:
+    (`recalibration_tables.recalibration_report_table`, Hanada and Futami 2026 §E.4; multi-class:
     `class_tables.class_recalibration_report_table`). (`versions.*.recalibration_report`.)"""
     return version(annotations, predictions).recalibration_report(
         channel_estimates, recalibrators, references, n_bins=n_bins

@@ -1,4 +1,4 @@
-"""Post-hoc recalibration with corrected labels (seed 000 §5, §E.1–E.3).
+"""Post-hoc recalibration with corrected labels (Hanada and Futami 2026 §5, §E.1–E.3).
 
 Targets (per annotated item): corrected Ỹ_i = Σ_{j∈J_i} w_j (A_ij − a_j)/δ_j / Σ_{j∈J_i} w_j (unbiased for
 η, may leave [0, 1]); or, for the naive baselines (``corrected=False``), the soft vote (mean of the labels
@@ -47,7 +47,7 @@ RECALIBRATION_METHODS = ("platt", "temperature", "histogram")
 NAIVE_TARGETS = ("soft_vote", "majority_vote")
 LOGIT_CLIP = 1e-6
 PLATT_BOUND = 20.0
-T_BOUNDS = (0.25, 20.0)  # compact temperature set (seed 000 §E.2); T ≈ 0 is excluded
+T_BOUNDS = (0.25, 20.0)  # compact temperature set (Hanada and Futami 2026 §E.2); T ≈ 0 is excluded
 _FORMAT = "noisycal.recalibrator"
 
 
@@ -253,7 +253,7 @@ def fit_recalibrator(
     prevalence: float | None = None,
     naive_target: str = "soft_vote",
 ) -> Recalibrator:
-    """Fit a recalibration map to corrected labels (or to a naive target) (seed 000 §5.1, §5.2, §E.2).
+    """Fit a recalibration map to corrected labels (or to a naive target) (Hanada and Futami 2026 §5.1, §5.2, §E.2).
 
     Parameters
     ----------

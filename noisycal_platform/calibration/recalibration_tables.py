@@ -1,6 +1,7 @@
 """Recalibrator tables for the pipeline: fit on a stable split, export JSON, evaluate on held-out items.
 
-Sample regime "split" (seed 000 §E.4–E.5): the items are split once by `holdout_mask`; the channels, weights and
+Sample regime "split" (Hanada and Futami 2026 §E.4–E.5): the items are split once by `holdout_mask`; the channels,
+weights and
 every recalibrator are fitted on the fit part only, and the held-out part is scored with those same fit-part
 channels, so nothing used to score a held-out item was fitted on it. When the fit part alone cannot identify
 the channels, the stored all-item channel table is used and the regime is recorded as "reuse" with the reason
@@ -88,7 +89,7 @@ RECALIBRATION_REPORT_SCHEMA = {
 def fit_part_channels(
     matrix: AnnotationMatrix, fit_mask: np.ndarray, channel_table: Any, method: str = "auto", seed: int = 0
 ) -> tuple[str, dict[str, Any]]:
-    """Channels and weights for the "split" regime: estimated on the fit items only (seed 000 §E.5).
+    """Channels and weights for the "split" regime: estimated on the fit items only (Hanada and Futami 2026 §E.5).
 
     Returns (regime, {"fpr", "fnr", "weights", "prevalence", "note"}); regime "reuse" (with the stored all-item
     channels and the reason in "note") when the fit part cannot identify the channels.

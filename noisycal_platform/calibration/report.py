@@ -236,8 +236,9 @@ def render_calibration_report(
         _html_table(channel_table, _CHANNEL_COLUMNS),
         "<h2>Calibration error: noise-corrected vs naive</h2>",
         _html_table(nc_ece_report, _ESTIMATOR_COLUMNS),
-        "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (seed 000 §2.2). For NC-ECE, "
-        "value is the plug-in estimate, value_debiased removes most of its upward bias (Kumar, Liang &amp; Ma "
+        "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (Hanada and Futami 2026 §2.2). "
+        "For NC-ECE, value is the plug-in estimate, value_debiased removes most of its upward bias (Kumar, Liang "
+        "&amp; Ma "
         "2019), and the interval is a basic bootstrap whose replicates re-estimate the channels; naive rows use "
         "a percentile bootstrap over items.</p>",
         f"<img alt='reliability diagram' src='{fig1}'>",
@@ -258,7 +259,7 @@ def render_calibration_report(
             f"<p class='note'>Sample regime: <b>{html.escape(regime)}</b> — "
             + (
                 "channels, weights and recalibrators were fitted on one half of the items and scored on the other "
-                "(seed 000 §E.5)."
+                "(Hanada and Futami 2026 §E.5)."
                 if regime == "split"
                 else "the fit half could not identify the channels alone, "
                 "so the held-out items were scored with channels fitted on all items (§C.3)."
@@ -447,7 +448,7 @@ def render_multiclass_report(
         "(excluded). Corrected one-hot labels Ỹ = T_j^{-T} e_(A_j) (backward correction, Patrini et al. 2017) "
         "combined over annotators with per-class inverse-variance weights; top-label NC-ECE bins the confidence "
         "max_c p_c against Ỹ of the predicted class (Guo et al. 2017), classwise NC-ECE averages one binned "
-        "NC-ECE per class (Kull et al. 2019); seed 000 §3 per class.</p>",
+        "NC-ECE per class (Kull et al. 2019); Hanada and Futami 2026 §3 per class.</p>",
         "<h2>Calibration error: noise-corrected vs naive</h2>",
         _html_table(nc_ece_report.filter(pl.col("estimator") != "nc_ece_subgroup"),
                     ["estimator", "kind", "annotator_id", "value", "value_debiased", "ci_low", "ci_high",

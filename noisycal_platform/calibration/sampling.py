@@ -1,4 +1,4 @@
-"""Sample regimes for NC-ECE with estimated channels (seed 000 §3, §C.2–C.4).
+"""Sample regimes for NC-ECE with estimated channels (Hanada and Futami 2026 §3, §C.2–C.4).
 
 - "split": channels, prevalence and weights are fitted on a random ``fit_fraction`` of the items and
   NC-ECE is evaluated on the rest (independent samples, §3 / §C.2).
@@ -79,7 +79,7 @@ def nc_ece_estimated(
     n_starts: int = 10,
     seed: int = 0,
 ) -> RegimeResult:
-    """NC-ECE with channels estimated by `estimate_channels` under a sample regime (seed 000 §C.2–C.4)."""
+    """NC-ECE with channels estimated by `estimate_channels` under a sample regime (Hanada and Futami 2026 §C.2–C.4)."""
     n_bins = _check_n_bins(n_bins)
     s = _check_scores(scores).astype(np.float64)
     a = as_annotation_array(annotations)

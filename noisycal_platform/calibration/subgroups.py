@@ -3,7 +3,7 @@
 Subgroups come from ``items.csv`` (``raw.predictions.subgroups``): every (metadata column, value) pair is one
 subgroup of the version's scored items. A subgroup with fewer than ``min_items`` annotated items is listed with
 status "too_small" and not computed. Each computed subgroup gets the version's NC-ECE rows restricted to its
-items (binary: seed 000 §3 with `inference.calibration_test`; multi-class: top-label and classwise,
+items (binary: Hanada and Futami 2026 §3 with `inference.calibration_test`; multi-class: top-label and classwise,
 `class_tables.class_nc_ece_rows`); the p-values of one kind are adjusted by Holm's step-down procedure across
 all computed subgroups of the version (every column's values together, one family), and a subgroup is flagged
 when its adjusted p-value is below ``alpha``.

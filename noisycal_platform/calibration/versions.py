@@ -86,7 +86,7 @@ def binary_matrix(annotations: pl.DataFrame, predictions: pl.DataFrame) -> Annot
 
 @dataclass(frozen=True, eq=False)
 class BinaryVersion:
-    """A binary model version: scores in [0, 1], labels 0/1, channels (a_j, b_j) (seed 000)."""
+    """A binary model version: scores in [0, 1], labels 0/1, channels (a_j, b_j) (Hanada and Futami 2026)."""
 
     kind: ClassVar[str] = "binary"
     #: channel-table columns that summarise the channels (the asset's metadata table)
@@ -140,7 +140,7 @@ class BinaryVersion:
     def recalibrate(
         self, channel_table: pl.DataFrame, *, n_bins: int = 15, method: str = "auto", seed: int = 0
     ) -> pl.DataFrame:
-        """`recalibration_tables.recalibrators_table` (seed 000 §5, §E.2, §E.5)."""
+        """`recalibration_tables.recalibrators_table` (Hanada and Futami 2026 §5, §E.2, §E.5)."""
         ct = self.channels(channel_table)
         return recalibrators_table(self.matrix, ct, n_bins=n_bins, method=method, seed=seed)
 
@@ -148,7 +148,7 @@ class BinaryVersion:
         self, channel_table: pl.DataFrame, recalibrators: pl.DataFrame, references: pl.DataFrame | None = None,
         *, n_bins: int = 15,
     ) -> pl.DataFrame:
-        """`recalibration_tables.recalibration_report_table` (seed 000 §E.4)."""
+        """`recalibration_tables.recalibration_report_table` (Hanada and Futami 2026 §E.4)."""
         return recalibration_report_table(self.matrix, recalibrators, self.channels(channel_table),
                                           references=_references(references), n_bins=n_bins)
 

@@ -1,4 +1,4 @@
-"""Aggregation weights for corrected labels (seed 000 §4.4, §C.6, §F.4).
+"""Aggregation weights for corrected labels (Hanada and Futami 2026 §4.4, §C.6, §F.4).
 
 Corrected label of annotator j: Ỹ_j = (A_j − a_j)/δ_j, E[Ỹ_j | X] = η(X) (§3). Any convex combination
 Ỹ = Σ_j w_j Ỹ_j stays unbiased. Its residual variance is minimised by inverse corrected-noise-variance
@@ -27,7 +27,7 @@ VAR_ZERO = 1e-12  # v̄_j at or below this counts as zero variance
 
 
 def corrected_noise_variance(channels: Any, prevalence: float) -> np.ndarray:
-    """v̄_j = [π b_j(1−b_j) + (1−π) a_j(1−a_j)] / δ_j² for each channel (seed 000 §4.4)."""
+    """v̄_j = [π b_j(1−b_j) + (1−π) a_j(1−a_j)] / δ_j² for each channel (Hanada and Futami 2026 §4.4)."""
     chans = as_channels(channels)
     if not (isinstance(prevalence, (int, float, np.floating)) and 0.0 <= float(prevalence) <= 1.0):
         raise ValueError(f"prevalence must be a number in [0, 1], got {prevalence!r}")

@@ -1,4 +1,4 @@
-"""Inter-annotator agreement on confirmation answers (seed 001 §4.2, Figure 2).
+"""Inter-annotator agreement on confirmation answers (Gröger et al. 2023 §4.2, Figure 2).
 
 Krippendorff's α (nominal, missing answers allowed; ``krippendorff`` package) across all annotators and
 Cohen's κ (scikit-learn) for every annotator pair on the items both answered, each with a 95% percentile

@@ -1,4 +1,4 @@
-"""Cheap non-learned image embedding, the control the learned (seed 001 §3.6) rankings are compared against.
+"""Cheap non-learned image embedding, the control the learned (Gröger et al. 2023 §3.6) rankings are compared against.
 
 Two blocks, each L2-normalised and weighted 1/√2, then the whole vector L2-normalised:
 

@@ -1,4 +1,4 @@
-"""Demo cleaning dataset: scikit-learn's digits with injected, recorded contamination (seed 001 §3.2).
+"""Demo cleaning dataset: scikit-learn's digits with injected, recorded contamination (Gröger et al. 2023 §3.2).
 
 ``write_demo_cleaning_dataset(home)`` writes ``<home>/datasets/<name>/`` (32×32 RGB PNGs +
 ``labels.csv``) and ``truth.json`` inside it (the image reader ignores non-image files). Contamination:

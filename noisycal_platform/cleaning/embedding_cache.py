@@ -134,7 +134,7 @@ def train_or_reuse_encoder(
     progress: Callable[[dict], None] | None = None,
 ) -> EncoderArtifact:
     """The dataset's encoder: the indexed weights when (dataset_hash, config.config_hash) was trained before and
-    its file exists, else DINO trained from random initialisation (seed 001 §3.6) on ``image_paths`` (in
+    its file exists, else DINO trained from random initialisation (Gröger et al. 2023 §3.6) on ``image_paths`` (in
     embedding-row order), stored content-addressed and indexed. ``images_per_second`` = N·epochs / seconds.
     ``progress`` is passed to ``train_encoder`` (one call per epoch).
     """

@@ -1,4 +1,4 @@
-"""Expert vs lay confirmation (seed 001 §4.5, Figure 3).
+"""Expert vs lay confirmation (Gröger et al. 2023 §4.5, Figure 3).
 
 For every reference expert r, every other expert e and every lay rater l, the paired difference
 d = κ(r, e) − κ(r, l) (Cohen's κ on the items both members of a pair answered). H1: experts agree
@@ -42,7 +42,7 @@ TEST_SCHEMA: dict[str, pl.DataType] = {
     "mean_difference": pl.Float64(),
     "n_positive": pl.Int64(),
     "n_negative": pl.Int64(),
-    "p_value": pl.Float64(),  # sign test (seed 001 §4.5)
+    "p_value": pl.Float64(),  # sign test (Gröger et al. 2023 §4.5)
     "p_value_mean_flip": pl.Float64(),  # sign-flip permutation test of the mean difference
     "mean_flip_exact": pl.Boolean(),
 }

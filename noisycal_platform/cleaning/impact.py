@@ -1,4 +1,4 @@
-"""Impact of cleaning on a model's evaluation (seed 001 §4.3, Table 2).
+"""Impact of cleaning on a model's evaluation (Gröger et al. 2023 §4.3, Table 2).
 
 AUROC, AP and AUPRG (higher is better) on all items vs on the items kept after removing confirmed issues.
 The paired bootstrap resamples the full dataset; each replicate is evaluated before cleaning and,
@@ -31,7 +31,7 @@ IMPACT_SCHEMA: dict[str, pl.DataType] = {
 
 
 def significance_flag(ci_low: float, ci_high: float) -> str:
-    """``*`` if 0 is strictly outside [lo, hi], ``°`` if a bound equals 0, else "" (seed 001 Table 2)."""
+    """``*`` if 0 is strictly outside [lo, hi], ``°`` if a bound equals 0, else "" (Gröger et al. 2023 Table 2)."""
     if not (np.isfinite(ci_low) and np.isfinite(ci_high)):
         return ""
     if ci_low == 0 or ci_high == 0:

@@ -1,4 +1,4 @@
-"""SelfClean confirmation protocol (seed 001 §3.3-3.4): stopping rule, undo, sessions, aggregation, removals.
+"""SelfClean confirmation protocol (Gröger et al. 2023 §3.3-3.4): stopping rule, undo, sessions, aggregation, removals.
 
 Definitions used throughout the cleaning package:
 
@@ -70,7 +70,7 @@ ANSWER_SCHEMA: dict[str, pl.DataType] = {
 
 
 def stopping_count(p_chance: float = 0.05, p_plus: float = 0.05) -> int:
-    """n_clean = ⌊ln p_chance / ln(1 − p₊)⌋ consecutive "no" answers end a session (seed 001 §3.3).
+    """n_clean = ⌊ln p_chance / ln(1 − p₊)⌋ consecutive "no" answers end a session (Gröger et al. 2023 §3.3).
 
     A run of n "no" has probability (1 − p₊)^n if each item were an issue with probability p₊; the seed
     asks for (1 − p₊)^n ≤ p_chance but takes the floor, so at the defaults n = 58 and 0.95^58 = 0.051.
@@ -240,7 +240,7 @@ def select_removals(
     seed: int | np.random.Generator = 0,
 ) -> dict[str, str]:
     """Files to drop: every confirmed irrelevant file, and per connected group of confirmed near-duplicate
-    pairs all but one randomly chosen member (seed 001 §3.4; groups, not pairs, so a chain a–b–c keeps one).
+    pairs all but one randomly chosen member (Gröger et al. 2023 §3.4; groups, not pairs, so a chain a–b–c keeps one).
 
     Irrelevant files are dropped first; the kept member of a group is drawn among its remaining files.
     Returns {file_name: reason} with reason "irrelevant" or "near_duplicate". Deterministic given ``seed``.
@@ -273,7 +273,7 @@ def select_removals(
 
 
 def label_error_prevalence_ci(n_errors: int, n_items: int, level: float = 0.95) -> tuple[float, float, float]:
-    """Prevalence k/N with an exact Clopper-Pearson interval (seed 001 §3.4: reported, not corrected).
+    """Prevalence k/N with an exact Clopper-Pearson interval (Gröger et al. 2023 §3.4: reported, not corrected).
 
     It is a lower bound: only the top of the ranking was reviewed.
     """

@@ -1,4 +1,4 @@
-"""Ranking quality and annotation speed-up (seed 001 §4.4, Appendix C Tables 3-4).
+"""Ranking quality and annotation speed-up (Gröger et al. 2023 §4.4, Appendix C Tables 3-4).
 
 * Against the answers: on the candidates every panel member answered, y = unanimous "yes", the ranking
   score is the rank (earlier = more suspicious); AUROC, AP and AUPRG (higher is better) next to the
@@ -120,7 +120,7 @@ def ranking_quality_vs_answers(confirmed: pl.DataFrame) -> pl.DataFrame:
 
 def ranking_quality_by_annotator(effective: pl.DataFrame) -> pl.DataFrame:
     """Per (dataset, issue_type, annotator): ranking vs that annotator's own answers on the candidates they
-    answered (seed 001 Figures 10-14). ``effective``: ``protocol.effective_answers`` output.
+    answered (Gröger et al. 2023 Figures 10-14). ``effective``: ``protocol.effective_answers`` output.
 
     Columns: ``QUALITY_SCHEMA`` + annotator_id, role.
     """

@@ -1,4 +1,5 @@
-"""Self-contained HTML cleaning report (SelfClean protocol; seed 001 Tables 1-4, Figure 2), built on the report
+"""Self-contained HTML cleaning report (SelfClean protocol; Gröger et al. 2023 Tables 1-4, Figure 2), built on the
+report
 kit (`noisycal_platform.report_html`).
 
 Sections: review progress, confirmed issues per dataset and aggregation rule (Table 1), label-error
@@ -109,7 +110,7 @@ _ROLE_COLOURS = {"expert-expert": "#1f4e79", "expert-lay": "#e07b00", "lay-lay":
 
 def _agreement_plot(agreement: pl.DataFrame) -> str | None:
     """One row per (dataset, issue_type): α per annotator set (left) and κ per pair (right, coloured by
-    role pair), with 95% CIs on the Regier et al. bands (seed 001 Figure 2). The row is named once, on the
+    role pair), with 95% CIs on the Regier et al. bands (Gröger et al. 2023 Figure 2). The row is named once, on the
     left axis; each panel's title is short, so titles never run into each other."""
     if agreement.height == 0:
         return None
@@ -187,7 +188,7 @@ def _sensitivity_wide(sens: pl.DataFrame) -> pl.DataFrame:
 
 
 def _issue_table_wide(issues: pl.DataFrame, reviewed: set[tuple[str, str]]) -> pl.DataFrame:
-    """Seed 001 Table 1, one row per dataset; an issue type nobody has reviewed reads ``not reviewed yet``."""
+    """Gröger et al. 2023 Table 1, one row per dataset; an issue type nobody has reviewed reads ``not reviewed yet``."""
     rows = []
     for ds in sorted(set(issues["dataset"].to_list())):
         part = issues.filter(pl.col("dataset") == ds)
@@ -397,7 +398,7 @@ def render_cleaning_report(
         s.append(rh.html_table(table, left=left, empty=empty))
 
     section(
-        "Confirmed issues (seed 001 Table 1)",
+        "Confirmed issues (Gröger et al. 2023 Table 1)",
         "Unanimous: every panel member answered yes. Majority: more than half of the panel answered yes. Near "
         "duplicates are pairs; the percentage is of the dataset's images.",
         _issue_table_wide(issues, reviewed) if _usable(issues, "dataset", "size", "rule", "issue_type") else None,
@@ -405,8 +406,8 @@ def render_cleaning_report(
     )
     section(
         "Label-error prevalence",
-        "Label errors are reported, not removed (seed 001 §3.4); a lower bound, since only the top of the ranking "
-        "is reviewed. 95% Clopper-Pearson CI.",
+        "Label errors are reported, not removed (Gröger et al. 2023 §3.4); a lower bound, since only the top of the "
+        "ranking is reviewed. 95% Clopper-Pearson CI.",
         _prevalence_view(prevalence, reviewed) if _usable(prevalence, "dataset", "rule", "n_label_errors") else None,
         left=("dataset", "rule"),
         empty="it fills once a dataset is registered; the estimate needs answers on label-error candidates.",
@@ -451,7 +452,7 @@ def render_cleaning_report(
             empty="no known truth for any dataset: " + TRUTH_SENTENCE,
         )
     section(
-        "Annotation speed-up", "n_total / mean candidates answered per annotator (seed 001 Table 4).",
+        "Annotation speed-up", "n_total / mean candidates answered per annotator (Gröger et al. 2023 Table 4).",
         speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
         empty=wait + "the speed-up needs the annotators' answers and where they stopped.",
     )
@@ -460,7 +461,7 @@ def render_cleaning_report(
             "How each review session ended",
             "Per annotator and issue type: candidates answered along the ranking, how many “yes”, and what ended "
             "the session — the stopping rule (stopping_count consecutive “no”) or the end of the candidates; "
-            "empty = still open (seed 001 Figure 9).",
+            "empty = still open (Gröger et al. 2023 Figure 9).",
             sessions if _usable(sessions, "ended_by") else None,
             left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs the annotators' answers.",
             level=3,
@@ -468,7 +469,7 @@ def render_cleaning_report(
     s.append(
         "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
         "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "
-        "is exactly 0 (seed 001 Table 2).</p>"
+        "is exactly 0 (Gröger et al. 2023 Table 2).</p>"
     )
     scored = set(impact["dataset"].to_list()) if _usable(impact, "dataset") else set()
     unscored = sorted(set(sizes) - scored)
@@ -487,7 +488,7 @@ def render_cleaning_report(
         section(
             "Stopping-rule sensitivity",
             "Unanimously confirmed issues when each recorded session is cut at the stopping count of (p_chance, "
-            "p₊); one parameter grows from 0.05 to 1 while the other stays at 0.05 (seed 001 Appendix D).",
+            "p₊); one parameter grows from 0.05 to 1 while the other stays at 0.05 (Gröger et al. 2023 Appendix D).",
             _sensitivity_wide(sensitivity) if ok else None, left=("value",),
             empty=wait + "it needs recorded review sessions (answers in the order given).",
             plot=(_sensitivity_plot(sensitivity) if ok else None, "stopping-rule sensitivity"),

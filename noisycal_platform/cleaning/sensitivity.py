@@ -1,4 +1,4 @@
-"""Stopping-rule sensitivity (seed 001 Appendix D, Figures 15-19).
+"""Stopping-rule sensitivity (Gröger et al. 2023 Appendix D, Figures 15-19).
 
 Starting from p_chance = p₊ = 0.05, one parameter at a time grows to 1; each setting gives
 n = stopping_count(p_chance, p₊), every recorded session is cut at its n-th consecutive "no", and the

@@ -1,4 +1,4 @@
-"""How each confirmation session ended (seed 001 §3.3 and Appendix C, Figure 9).
+"""How each confirmation session ended (Gröger et al. 2023 §3.3 and Appendix C, Figure 9).
 
 A session is one annotator on one (dataset, issue type). It walks the queue in ranking order: the answered
 prefix is the candidates from the first one on that the annotator has answered (after undos), up to the

@@ -1,8 +1,8 @@
-"""Simulated confirmation raters for the demo (simulated experts and lay raters, seed 001 §3.3-3.4).
+"""Simulated confirmation raters for the demo (simulated experts and lay raters, Gröger et al. 2023 §3.3-3.4).
 
 Each rater walks every ranking of the queue snapshot in ``position`` order, answers "yes" with
 probability ``sensitivity`` when the candidate is a true (injected) issue and with 1 − ``specificity``
-otherwise, and stops after ``n_stop`` consecutive "no" (seed 001 §3.3). With probability ``undo_rate``
+otherwise, and stops after ``n_stop`` consecutive "no" (Gröger et al. 2023 §3.3). With probability ``undo_rate``
 an answer is first given wrongly, then undone and answered again, so the undo path of the pipeline is
 exercised while the effective answers stay those of the rater model. Output: answer records in the
 exact JSON-line format of ``contracts.CONFIRMATION_FIELDS``. Deterministic given ``seed`` (ids, answers, timestamps).
@@ -74,7 +74,7 @@ class Truth:
 @dataclass(frozen=True)
 class Rater:
     """A simulated rater. ``sensitivity``/``specificity`` are one value or a per-issue-type mapping
-    (e.g. lay raters as good as experts on near duplicates but worse on label errors, seed 001 §4.5)."""
+    (e.g. lay raters as good as experts on near duplicates but worse on label errors, Gröger et al. 2023 §4.5)."""
 
     annotator_id: str
     role: str

@@ -1,4 +1,4 @@
-"""The local confirmation tool (seed 001 §3.3 and Appendix E).
+"""The local confirmation tool (Gröger et al. 2023 §3.3 and Appendix E).
 
 Annotators confirm ranked candidates (irrelevant samples, near-duplicate pairs, label errors) one binary
 question at a time, in ranking order, until the stopping rule fires (``stopping_count`` consecutive "no").

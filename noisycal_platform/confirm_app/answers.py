@@ -4,7 +4,7 @@ from it.
 Records follow ``contracts.CONFIRMATION_FIELDS`` (checked by ``contracts.confirmation_problem`` before any
 write); nothing is ever erased: an undo is a record of its own naming the answer it cancels. The state of a
 session (dataset, issue type) is a replay of the log, so a closed browser, a restart or a second tab all see
-the same state. The stopping rule (seed 001 §3.3): walk the ranking in order; stop after ``stopping_count``
+the same state. The stopping rule (Gröger et al. 2023 §3.3): walk the ranking in order; stop after ``stopping_count``
 consecutive "no" answers, n_clean = ⌊ln p_chance / ln(1−p₊)⌋, which the pipeline has already put in the
 snapshot's meta JSON.
 

@@ -274,7 +274,7 @@ def build_app(home: Path) -> Starlette:
 
 def _admin_tables(queues: QueueRegistry, log: AnswerLog, store: AnnotatorStore) -> list[dict]:
     """Per dataset and issue type: each annotator's progress and the live unanimous/majority counts of "yes"
-    (seed 001 §3.4: an issue is confirmed only if all experts flag it). An annotator who stopped before a
+    (Gröger et al. 2023 §3.4: an issue is confirmed only if all experts flag it). An annotator who stopped before a
     candidate counts as not flagging it; counts are given for experts and for lay raters separately."""
     roles = {a.name: a.role for a in store.load()}
     all_records = log.all_records()

@@ -22,7 +22,7 @@ from noisycal_platform.correctness.audit_workflow import AuditPaths
 
 __all__ = ["QUESTIONS", "AppContext", "render"]
 
-# Seed 001 Appendix E: the question per issue type, verbatim, with a short headline and button texts.
+# Gröger et al. 2023 Appendix E: the question per issue type, verbatim, with a short headline and button texts.
 QUESTIONS: dict[str, dict[str, str]] = {
     "irrelevant": {
         "title": "Irrelevant samples",

@@ -1,4 +1,5 @@
-"""The correctness question type of the confirmation tool (seed 002 §2.4): "Is this answer correct for this
+"""The correctness question type of the confirmation tool (Rethinking Correctness 2026 §2.4): "Is this answer correct
+for this
 case?".
 
 Each annotator walks the audit sample (``exports/audit_sample.csv``, drawn by ``noisycal audit sample``) in its

@@ -1,4 +1,4 @@
-"""Audit metrics of a correctness criterion against human labels (seed 002 §2.2, §2.3, §3.2, §3.4).
+"""Audit metrics of a correctness criterion against human labels (Rethinking Correctness 2026 §2.2, §2.3, §3.2, §3.4).
 
 - error_detection_auroc: AUROC of the uncertainty score for detecting errors (incorrect = positive class).
 - H_f (Human Validation Consistency): per-group balanced accuracy of the criterion's accept/reject against the
@@ -88,7 +88,7 @@ def balanced_accuracy_by_group(
 
 
 def human_validation_consistency(accepted: ArrayLike, human_correct: ArrayLike, group: ArrayLike) -> float:
-    """H_f = (1/G) sum_g H_{f,g} (seed 002 §2.2)."""
+    """H_f = (1/G) sum_g H_{f,g} (Rethinking Correctness 2026 §2.2)."""
     return float(np.mean(balanced_accuracy_by_group(accepted, human_correct, group)[1]))
 
 

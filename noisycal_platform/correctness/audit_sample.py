@@ -1,9 +1,11 @@
-"""The audit sample (seed 002 §2.4): per dataset x model group, exactly ``per_stratum`` EM-accepted and
+"""The audit sample (Rethinking Correctness 2026 §2.4): per dataset x model group, exactly ``per_stratum`` EM-accepted
+and
 ``per_stratum`` EM-rejected predictions drawn without replacement (seeded), shown in one shuffled order.
 
 The sample file ``exports/audit_sample.csv`` holds what the annotators see (task, candidate and reference
 labels, answer, raw output) and nothing else: no UE score, no criterion verdict, not even the EM stratum
-(seed 002 §2.4: automatic decisions were hidden during annotation). ``AuditPaths`` names every audit file.
+(Rethinking Correctness 2026 §2.4: automatic decisions were hidden during annotation). ``AuditPaths`` names every
+audit file.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ def em_strata(generations: pl.DataFrame) -> pl.Series:
 
 
 def draw_audit_sample(generations: pl.DataFrame, *, per_stratum: int = 25, seed: int = 0) -> pl.DataFrame:
-    """Stratified audit sample (seed 002 §2.4): per (dataset, model) exactly `per_stratum` predictions of each
+    """Stratified audit sample (Rethinking Correctness 2026 §2.4): per (dataset, model) exactly `per_stratum`
+    predictions of each
     EM stratum, without replacement, then one seeded shuffle of the whole sample (`position` = display order).
     Raises ValueError naming the group and stratum when a stratum holds fewer than `per_stratum`."""
     if per_stratum < 1:

@@ -28,7 +28,7 @@ __all__ = [
 
 UE_METHODS = ("self_certainty", "logtoku", "answer_entropy", "semantic_entropy")
 REFERENCE_CRITERION = "exact_match"
-# Seed 002 §3.2: BEM and the LLM judge are each compared with EM (two comparisons, Bonferroni 97.5%).
+# Rethinking Correctness 2026 §3.2: BEM and the LLM judge are each compared with EM (two comparisons, Bonferroni 97.5%).
 SEED_COMPARISONS: tuple[tuple[str, str], ...] = (("bem", "exact_match"), ("llm_judge", "exact_match"))
 _CI = [
     "h_f",
@@ -116,7 +116,7 @@ def criterion_audit(
 ) -> pl.DataFrame:
     """correctness/criterion_audit: H_f, D_f, F_f = 1 - D_f with paired stratified bootstrap CIs and
     directional errors, one row per scope (all / dataset / dataset-model group) x criterion
-    (AUDIT_RESULT_SCHEMA); seed 002 §2.2-2.3, §3.2.
+    (AUDIT_RESULT_SCHEMA); Rethinking Correctness 2026 §2.2-2.3, §3.2.
 
     `comparisons` lists (a, b) criterion pairs: the row of a carries delta = stat_a - stat_b with the
     `ci_level` interval and the Bonferroni-adjusted one at level 1 - (1 - ci_level)/k, k = len(comparisons)
@@ -245,7 +245,8 @@ def ue_sensitivity(
 ) -> pl.DataFrame:
     """correctness/ue_sensitivity: AUROC per dataset x UE method x criterion on the full prediction set,
     models
-    equally weighted, with the spread across criteria and a reversal flag (seed 002 §3.3; SENSITIVITY_SCHEMA).
+    equally weighted, with the spread across criteria and a reversal flag (Rethinking Correctness 2026 §3.3;
+    SENSITIVITY_SCHEMA).
     Default criteria: every active one; parseable_only keeps predictions whose output parsed (seed:
     23,254)."""
     d = decisions.filter(~pl.col("skipped"))
@@ -263,7 +264,7 @@ def ue_sensitivity(
 
 def false_acceptance(decisions: pl.DataFrame, audit_labels: pl.DataFrame) -> pl.DataFrame:
     """correctness/false_acceptance: per criterion x human error category, the accepted share averaged equally
-    over the dataset-model groups containing that category, with pooled counts (seed 002 §3.4)."""
+    over the dataset-model groups containing that category, with pooled counts (Rethinking Correctness 2026 §3.4)."""
     d = decisions.filter(~pl.col("skipped")).select(*KEY, "criterion", "accepted")
     a = audit_labels.select(*KEY, "human_correct", "error_category")
     rows = []

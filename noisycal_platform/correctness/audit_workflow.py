@@ -1,4 +1,5 @@
-"""The human audit that produces `human_correct` (seed 002 §2.4): sample, two annotators, agreement, joint
+"""The human audit that produces `human_correct` (Rethinking Correctness 2026 §2.4): sample, two annotators,
+agreement, joint
 decision.
 
 1. ``draw_audit_sample`` (module ``audit_sample``, re-exported here): the EM-stratified, blind sample

@@ -1,4 +1,4 @@
-"""Paired stratified bootstrap for H_f, D_f and criterion differences (seed 002 §3.1).
+"""Paired stratified bootstrap for H_f, D_f and criterion differences (Rethinking Correctness 2026 §3.1).
 
 Each replicate draws, independently within every stratum (dataset-model group x EM-accepted/EM-rejected),
 as many

@@ -1,4 +1,4 @@
-"""Correctness criteria (seed 002 §3.1): each returns accept/reject, an invalid flag and a reason.
+"""Correctness criteria (Rethinking Correctness 2026 §3.1): each returns accept/reject, an invalid flag and a reason.
 
 Exact match, ROUGE-L (rouge-score, text ASCII-folded first), BEM answer equivalence (Bulian et al. 2022,
 a local cross-encoder), embedding similarity (cosine of sentence embeddings; not BEM), per-label NLI
@@ -76,7 +76,8 @@ _JUDGE_NOTES = _SetNotes("single-label task needs one label, judge gave {n}", "j
 
 def _set_verdict(got: frozenset[str] | set[str], reference_labels: Sequence[str], multi_label: bool,
                  notes: _SetNotes) -> Decision:
-    """Accept iff the predicted label set equals the reference set (seed 002 §2.1); a single-label task
+    """Accept iff the predicted label set equals the reference set (Rethinking Correctness 2026 §2.1); a single-label
+    task
     needs exactly one predicted label."""
     if not multi_label and len(got) != 1:
         return Decision(False, False, notes.not_one.format(n=len(got)))
@@ -177,7 +178,8 @@ def similarity_decision(cosine: float, threshold: float, answer: str | None, mod
 
 
 def bem_decision(score: float, threshold: float, answer: str | None) -> Decision:
-    """BEM: accept when P(candidate equivalent to reference | question) >= threshold (seed 002 §3.1: 0.5)."""
+    """BEM: accept when P(candidate equivalent to reference | question) >= threshold (Rethinking Correctness
+    2026 §3.1: 0.5)."""
     if answer is None:
         return Decision(False, True, "no parseable answer")
     if not np.isfinite(score):

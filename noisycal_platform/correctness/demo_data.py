@@ -1,4 +1,4 @@
-"""Seeded SYNTHETIC demo inputs for the correctness audit, shaped like seed 002 §2.4/§3.1.
+"""Seeded SYNTHETIC demo inputs for the correctness audit, shaped like Rethinking Correctness 2026 §2.4/§3.1.
 
 Three tasks x three models: first diagnoses (6 labels, multi-label or none), ED disposition (4 outcomes,
 single-label) and ICU phenotyping (5 labels, multi-label or none). Every prediction has a latent outcome

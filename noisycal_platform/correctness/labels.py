@@ -1,4 +1,5 @@
-"""Answer parsing and label canonicalisation shared by exact match, Answer Entropy and the judge (seed 002
+"""Answer parsing and label canonicalisation shared by exact match, Answer Entropy and the judge (Rethinking
+Correctness 2026
 §3.1).
 
 EM normalisation: Unicode NFKC, casefold, punctuation -> space, whitespace collapsed; the complete extracted

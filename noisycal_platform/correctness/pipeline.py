@@ -1,4 +1,5 @@
-"""One pure function per correctness asset of seed 002 (frames in, frames out); the Dagster wrappers live in
+"""One pure function per correctness asset of Rethinking Correctness 2026 (frames in, frames out); the Dagster
+wrappers live in
 assets/correctness.py.
 
 raw/generations -> raw_generations; raw/audit_labels -> raw_audit_labels; correctness/criterion_decisions ->

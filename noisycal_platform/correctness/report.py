@@ -1,4 +1,4 @@
-"""Self-contained HTML report of the correctness-criteria audit (seed 002 Fig. 2, Table 1, Fig. 3).
+"""Self-contained HTML report of the correctness-criteria audit (Rethinking Correctness 2026 Fig. 2, Table 1, Fig. 3).
 
 Sections: two-axis plot H_f vs F_f per task; audit table with bootstrap CIs and directional errors; AUROC per
 dataset x UE method x criterion with ranking reversals highlighted; false acceptance by error category.

@@ -1,4 +1,4 @@
-"""Criterion sensitivity of UE evaluation on the full prediction set (seed 002 §3.3).
+"""Criterion sensitivity of UE evaluation on the full prediction set (Rethinking Correctness 2026 §3.3).
 
 AUROC_{d,u,f} = (1/|M_d|) sum_{m in M_d} AUROC(u on (d, m), errors under criterion f): models equally
 weighted.

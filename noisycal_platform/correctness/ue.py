@@ -1,4 +1,4 @@
-"""Answer-only uncertainty scores, higher = more uncertain (seed 002 §3.1; each formula's paper is
+"""Answer-only uncertainty scores, higher = more uncertain (Rethinking Correctness 2026 §3.1; each formula's paper is
 named below).
 
 - Self-Certainty (Kang et al. 2025): u = -mean_t KL(U_V || p_t), KL = logsumexp(z_t) - mean_j z_tj - log V,

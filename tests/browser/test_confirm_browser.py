@@ -1,4 +1,4 @@
-"""The confirmation tool (seed 001 §3.3) in a real headless Chromium (Playwright).
+"""The confirmation tool (Gröger et al. 2023 §3.3) in a real headless Chromium (Playwright).
 
 Log in, answer with the keyboard until the stopping rule fires, see the page say so, undo once, resume after
 a reload and after a fresh browser session; arrow keys between the images of a pair; a screenshot of the
@@ -116,7 +116,7 @@ def test_keyboard_until_stopping_rule_then_undo_and_resume(browser, served, arti
         for i, key in enumerate(keys):
             assert page.get_attribute("input[name=item_id]", "value") == expected_items[i]
             assert _position(page) == str(i)
-            # seed 001 App. E: no answer count and no progress against the stopping rule on the page
+            # Gröger et al. 2023 App. E: no answer count and no progress against the stopping rule on the page
             assert page.locator("#answered, #consecutive-no, progress").count() == 0
             _key(page, key)
         assert page.locator("#finished").is_visible()

@@ -102,7 +102,8 @@ def test_noisycal_demo_runs_everything(tmp_path):
                 "select ranking, auroc from cleaning.ranking_vs_truth where issue_type = 'near_duplicate'"
             ).fetchall()
         )
-    # seed 001 §3.2: the self-supervised embedding beats the non-learned baseline on the injected near duplicates
+    # Gröger et al. 2023 §3.2: the self-supervised embedding beats the non-learned baseline on the injected near
+    # duplicates
     assert auroc["dino"] > auroc["baseline"], auroc
     # the last batch arrived through the sensor: the ledger accepted it exactly once
     ledger = [json.loads(line) for line in (home / "ledger" / "annotations.jsonl").read_text().splitlines()]

@@ -1,7 +1,7 @@
 """The app's replay of answer logs agrees with the pipeline's reading of the same files (one contract,
 ``noisycal_platform.contracts``): ``cleaning.pipeline.answers_from_records`` +
 ``cleaning.protocol.effective_answers`` and
-``session_stop_index`` are an independent implementation of undo and of the stopping rule (seed 001 §3.3)."""
+``session_stop_index`` are an independent implementation of undo and of the stopping rule (Gröger et al. 2023 §3.3)."""
 
 from __future__ import annotations
 

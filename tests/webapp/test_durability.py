@@ -35,7 +35,7 @@ def test_answer_survives_sigkill_and_session_resumes(fx):
             proc = start_server(fx.home, port)
             page = c.get(Q).text  # the same browser cookie works after the restart
             assert form_fields(page)["position"] == "1"
-            assert 'id="answered"' not in page  # progress is not shown to annotators (seed 001 App. E)
+            assert 'id="answered"' not in page  # progress is not shown to annotators (Gröger et al. 2023 App. E)
             # the session's CSRF token is derived from the cookie, not kept in memory: the same after restart
             assert form_fields(page)["csrf"] == fields["csrf"]
             r = c.post(Q + "/answer", data={**form_fields(page), "answer": "no"})

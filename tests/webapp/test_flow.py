@@ -1,4 +1,4 @@
-"""Issue 4 flow: record schema, resume, two tabs, undo, stopping rule (seed 001 §3.3), admin counts."""
+"""Issue 4 flow: record schema, resume, two tabs, undo, stopping rule (Gröger et al. 2023 §3.3), admin counts."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def _admin_state(admin: TestClient, name: str, section: str = "derm-irrelevant")
 
 
 def _progress_hidden(page: str) -> None:
-    """Seed 001 App. E: no rank, no answer count, no progress against the stopping rule on annotator pages."""
+    """Gröger et al. 2023 App. E: no rank, no answer count, no progress against the stopping rule on annotator pages."""
     visible = re.sub(r"<(style|script)[^>]*>.*?</\1>|<[^>]+>", " ", page, flags=re.S).lower()
     for needle in ('id="answered"', 'id="consecutive-no"', 'id="stopping-count"', "<progress"):
         assert needle not in page

@@ -1,4 +1,4 @@
-"""Annotator channel estimation (seed 000 §4): one estimator per module, `estimate_channels` dispatches.
+"""Annotator channel estimation (Hanada and Futami 2026 §4): one estimator per module, `estimate_channels` dispatches.
 
 - `known`: channels supplied by the user.
 - `two_group`: closed form, two annotators × two score groups (§4.2, §D.2).
@@ -46,7 +46,7 @@ def estimate_channels(
     seed: int = 0,
     min_gap: float = 0.05,
 ) -> ChannelFit:
-    """Estimate annotator channels (a_j, b_j) and the prevalence from noisy labels (seed 000 §4).
+    """Estimate annotator channels (a_j, b_j) and the prevalence from noisy labels (Hanada and Futami 2026 §4).
 
     Binary labels only (0/1); class indices with more than two classes are estimated by
     :func:`noisycal_platform.calibration.multiclass.estimate_class_channels`. Which of the two a model version
@@ -89,13 +89,14 @@ def estimate_channels(
     if method == "auto":
         if k == 1:
             raise NotIdentifiableError(
-                "one annotator cannot identify its channel or the calibration error (seed 000 §D.1: the same "
-                "data fit CE 1/8 and 5/32). Add annotators (three, or two with score groups of different "
+                "one annotator cannot identify its channel or the calibration error (Hanada and Futami 2026 §D.1: "
+                "the same data fit CE 1/8 and 5/32). Add annotators (three, or two with score groups of different "
                 "class proportions) or supply the channel as known"
             )
         if k == 2 and g is None:
             raise NotIdentifiableError(
-                "two annotators without scores or groups are not identified (seed 000 §D.1: a continuum of "
+                "two annotators without scores or groups are not identified (Hanada and Futami 2026 §D.1: a continuum "
+                "of "
                 "channels gives the same joint table). Pass scores or groups whose class proportions differ, "
                 "add a third annotator, or supply known channels"
             )

@@ -1,9 +1,10 @@
-"""Shared types of the channel estimators: `Channel`, `ChannelFit`, `NotIdentifiableError` (seed 000 §2.2).
+"""Shared types of the channel estimators: `Channel`, `ChannelFit`, `NotIdentifiableError` (Hanada and Futami 2026
+§2.2).
 
 Also the input encoding every estimator uses: an n×K annotation array (float with NaN = missing, or
 integer with -1 = missing) is turned once into int8 codes 0/1/2 (2 = missing) and then into per-item
 answer patterns ``p = Σ_j c_j·3^j``. With binary labels there are at most 3^K distinct patterns, so the
-EM estimators work on pattern counts instead of items (seed 000 §F.3).
+EM estimators work on pattern counts instead of items (Hanada and Futami 2026 §F.3).
 """
 
 from __future__ import annotations
@@ -29,14 +30,15 @@ MISSING = 2  # code of a missing annotation
 
 
 class NotIdentifiableError(ValueError):
-    """The data cannot identify the annotator channels (seed 000 §4.1, §D.1); the message says what would."""
+    """The data cannot identify the annotator channels (Hanada and Futami 2026 §4.1, §D.1); the message says what
+    would."""
 
 
 @dataclass(frozen=True)
 class Channel:
     """Class-conditional annotator channel: ``fpr`` a_j = P(A_j=1 | Y=0), ``fnr`` b_j = P(A_j=0 | Y=1).
 
-    ``gap`` δ_j = 1 − a_j − b_j; E[A_j | X] = a_j + δ_j·η(X) (seed 000 §2.2).
+    ``gap`` δ_j = 1 − a_j − b_j; E[A_j | X] = a_j + δ_j·η(X) (Hanada and Futami 2026 §2.2).
     """
 
     fpr: float

@@ -1,8 +1,8 @@
-"""EM on answer-pattern counts for class-conditional binary channels (seed 000 §4.3, §F.1–F.2).
+"""EM on answer-pattern counts for class-conditional binary channels (Hanada and Futami 2026 §4.3, §F.1–F.2).
 
 One engine serves marginal Dawid–Skene (one group) and shared-channel score-group EM (G groups, a prior
 π_g per group, channels shared). Items are compressed to (group, pattern) cells with counts w_p, so an
-iteration costs O(P·K) with P ≤ G·3^K, whatever the number of items (seed 000 §F.3).
+iteration costs O(P·K) with P ≤ G·3^K, whatever the number of items (Hanada and Futami 2026 §F.3).
 
 E-step (log space, products over observed annotators only):
     log L1_p = Σ_j [c_pj=1] log(1−b_j) + [c_pj=0] log b_j + log π_g
@@ -122,7 +122,7 @@ def fit_em_multistart(
     max_iter: int = 5000,
     tol: float = 1e-11,
 ) -> tuple[EMRun, dict]:
-    """Multi-start EM with orientation by global label exchange and gap screening (seed 000 §F.2).
+    """Multi-start EM with orientation by global label exchange and gap screening (Hanada and Futami 2026 §F.2).
 
     Start 0 is ``init`` if given, else the soft-vote posterior followed by one M-step (crowd-kit's start).
     The other ``n_starts − 1`` starts draw a_j, b_j ~ U(0.02, 0.45) and π_g ~ U(0.1, 0.9) from
@@ -159,7 +159,7 @@ def fit_em_multistart(
             f"no EM start gave channels with every gap > min_gap={min_gap}: annotator column {j} has "
             f"estimated gap {gaps[j]:.4f} (gaps {np.round(gaps, 4).tolist()}). An annotator whose labels "
             "carry (almost) no information about Y cannot be inverted; drop it, supply its channel as known, "
-            "or add informative annotators (three informative ones identify the channels, seed 000 §D.5)"
+            "or add informative annotators (three informative ones identify the channels, Hanada and Futami 2026 §D.5)"
         )
     best = max(ok, key=lambda r: r.log_likelihood)
     info = {

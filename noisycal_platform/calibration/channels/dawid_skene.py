@@ -1,4 +1,4 @@
-"""Marginal Dawid–Skene EM for K ≥ 3 binary annotators (seed 000 §4.3, §D.5, §F.1.1, §F.2).
+"""Marginal Dawid–Skene EM for K ≥ 3 binary annotators (Hanada and Futami 2026 §4.3, §D.5, §F.1.1, §F.2).
 
 Model: Y ~ Bernoulli(π); given Y the annotators answer independently through their channels
 (a_j, b_j). The marginal likelihood of item i is (1−π)·Π_j a_j^{A_ij}(1−a_j)^{1−A_ij}
@@ -58,7 +58,7 @@ def dawid_skene(
     max_iter: int = 5000,
     tol: float = 1e-11,
 ) -> ChannelFit:
-    """Fit channels by marginal Dawid–Skene EM with multiple starts (seed 000 §4.3, §F.2).
+    """Fit channels by marginal Dawid–Skene EM with multiple starts (Hanada and Futami 2026 §4.3, §F.2).
 
     Parameters
     ----------
@@ -75,7 +75,8 @@ def dawid_skene(
         raise NotIdentifiableError(
             f"dawid_skene needs at least 3 annotators, got {k}: with fewer and no scores the channels are "
             "not "
-            "identified (seed 000 §D.1). Use method='two_group' or 'score_group_em' with scores or groups "
+            "identified (Hanada and Futami 2026 §D.1). Use method='two_group' or 'score_group_em' with scores or "
+            "groups "
             "whose class proportions differ, add a third annotator, or supply known channels"
         )
     if n_starts < 1:
@@ -92,8 +93,8 @@ def dawid_skene(
             f"fewer than three informative annotators: only columns {np.flatnonzero(informative).tolist()} "
             "show a positive association with another annotator (pairwise covariance z-scores > "
             f"{INFORMATIVE_Z}; max z per column {np.round(z.max(axis=1), 1).tolist()}). Dawid–Skene needs "
-            "three informative annotators (seed 000 §D.5): drop uninformative annotators and pass scores or "
-            "groups (two annotators with score "
+            "three informative annotators (Hanada and Futami 2026 §D.5): drop uninformative annotators and pass "
+            "scores or groups (two annotators with score "
             "groups of different class proportions), add annotators, or supply known channels"
         )
     init_t = None

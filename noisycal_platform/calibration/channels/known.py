@@ -1,4 +1,4 @@
-"""Known (supplied) channels: validation and a `ChannelFit` wrapper (seed 000 §3: channels given)."""
+"""Known (supplied) channels: validation and a `ChannelFit` wrapper (Hanada and Futami 2026 §3: channels given)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shared-channel score-group EM ("joint score-bin EM", seed 000 §4.1, §F.1.2, §D.6).
+"""Shared-channel score-group EM ("joint score-bin EM", Hanada and Futami 2026 §4.1, §F.1.2, §D.6).
 
 Items fall into groups g (score quantile groups, or explicit labels). Each group has its own prevalence
 π_g; the annotator channels (a_j, b_j) are shared across groups. The E-step uses the prior π_{g(i)}; the
@@ -66,7 +66,7 @@ def _require_group_separation(pats: np.ndarray, grp: np.ndarray, counts: np.ndar
             raise NotIdentifiableError(
                 f"annotator column {j} labels positive at the same rate in every group (χ² homogeneity p = "
                 f"{pval:.3g}): the groups do not have different class proportions, so two annotators are not "
-                "identified (seed 000 §D.2). Use score groups that separate the classes better, explicit "
+                "identified (Hanada and Futami 2026 §D.2). Use score groups that separate the classes better, explicit "
                 "groups, "
                 "a third annotator, or known channels"
             )
@@ -83,7 +83,7 @@ def score_group_em(
     max_iter: int = 5000,
     tol: float = 1e-11,
 ) -> ChannelFit:
-    """Fit shared channels and per-group prevalences by multi-start EM (seed 000 §F.1.2, §F.2).
+    """Fit shared channels and per-group prevalences by multi-start EM (Hanada and Futami 2026 §F.1.2, §F.2).
 
     ``groups``: one label per item (any sortable values). For K = 2, start 0 is the two-group closed form
     when there are exactly two groups and it is feasible; the fit is refused (`NotIdentifiableError`)
@@ -98,13 +98,14 @@ def score_group_em(
     n_groups = len(levels)
     if k == 1:
         raise NotIdentifiableError(
-            "one annotator cannot identify its channel, even with score groups (seed 000 §D.1): add "
+            "one annotator cannot identify its channel, even with score groups (Hanada and Futami 2026 §D.1): add "
             "annotators "
             "(two with score groups of different class proportions, or three) or supply the channel as known"
         )
     if k == 2 and n_groups < 2:
         raise NotIdentifiableError(
-            "two annotators in a single group are not identified (seed 000 §D.1): supply scores or groups "
+            "two annotators in a single group are not identified (Hanada and Futami 2026 §D.1): supply scores or "
+            "groups "
             "with different class proportions (n_groups >= 2), add a third annotator, or supply known "
             "channels"
         )
@@ -139,7 +140,8 @@ def score_group_em(
         raise NotIdentifiableError(
             f"estimated group prevalences {np.round(run.prior, 4).tolist()} differ by {spread:.4f} ≤ "
             f"{min_prevalence_spread}: two annotators need groups with different class proportions "
-            "(seed 000 §D.2). Use score groups that separate the classes better, explicit groups, a third "
+            "(Hanada and Futami 2026 §D.2). Use score groups that separate the classes better, explicit groups, a "
+            "third "
             "annotator, or known channels"
         )
     channels, diagnostics = fit_summary(run, int(counts.sum()))

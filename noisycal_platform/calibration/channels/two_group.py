@@ -1,4 +1,4 @@
-"""Closed-form channels of two annotators in two score groups (seed 000 §4.2, §D.2, §D.3).
+"""Closed-form channels of two annotators in two score groups (Hanada and Futami 2026 §4.2, §D.2, §D.3).
 
 Per group g with prevalence π_g and a channel shared across groups:
     m_jg = E[A_j | g] = a_j + δ_j π_g,      c_g = Cov(A_1, A_2 | g) = δ_1 δ_2 π_g (1 − π_g).
@@ -21,7 +21,7 @@ from ._base import Channel, ChannelFit, NotIdentifiableError, as_annotation_arra
 __all__ = ["two_group", "two_group_from_moments"]
 
 _WHAT_IDENTIFIES = (
-    "Two annotators are identified only in two groups with different class proportions (seed 000 §D.2): "
+    "Two annotators are identified only in two groups with different class proportions (Hanada and Futami 2026 §D.2): "
     "use score groups that separate the classes (e.g. low vs high predicted score), explicit groups, "
     "a third annotator, or supply known channels"
 )
@@ -79,7 +79,7 @@ def two_group_from_moments(
 
 
 def two_group(annotations: Any, groups: Any, min_gap: float = 0.05) -> ChannelFit:
-    """Closed-form channels from two annotators' group means and covariances (seed 000 §4.2).
+    """Closed-form channels from two annotators' group means and covariances (Hanada and Futami 2026 §4.2).
 
     ``groups`` holds exactly two distinct labels (one per item); only items labelled by both annotators
     are used. Group order is the sorted order of the labels.

@@ -1,4 +1,5 @@
-"""Calibration test, debiased NC-ECE and an interval that carries channel-estimation error (seed 000 §3, §C.2–C.3,
+"""Calibration test, debiased NC-ECE and an interval that carries channel-estimation error (Hanada and Futami 2026 §3,
+§C.2–C.3,
 §D.6).
 
 NC-ECE = Σ_k |m_k| with the per-bin moment m_k = Σ_{i∈k}(Ỹ_i − s_i)/N (§3). Every replicate below re-estimates

@@ -1,4 +1,5 @@
-"""Batched channel refits for the calibration test's replicates (seed 000 §F.1): binary EM on R pattern-count
+"""Batched channel refits for the calibration test's replicates (Hanada and Futami 2026 §F.1): binary EM on R
+pattern-count
 tables at once, aggregation weights and corrected labels per replicate, and `_Replicates`, which turns replicate
 cell counts into NC-ECE values and per-bin moments.
 """
@@ -31,7 +32,7 @@ def batched_em(
     max_iter: int = 500,
     tol: float = 1e-8,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """EM for class-conditional binary channels on R pattern-count tables at once (seed 000 §F.1.1–F.1.2).
+    """EM for class-conditional binary channels on R pattern-count tables at once (Hanada and Futami 2026 §F.1.1–F.1.2).
 
     counts : (R, G, P) items per (replicate, group, pattern); pats : (P, K) codes 0/1/2 (2 = missing).
     prior : (R, G) start π_g; fpr, fnr : (R, K) starts. The E/M updates are those of
@@ -92,7 +93,7 @@ def _weights_batch(rule: Any, fpr: np.ndarray, fnr: np.ndarray, prevalence: np.n
 
 def _pattern_labels(pats: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-pattern corrected labels Ỹ_p = Σ_j w_j [j present](x_pj − a_j)/δ_j / Σ_j w_j [j present], (R, P),
-    and the inclusion mask Σ_j w_j [j present] > 0, (R, P) (seed 000 §3)."""
+    and the inclusion mask Σ_j w_j [j present] > 0, (R, P) (Hanada and Futami 2026 §3)."""
     present = (pats != 2).astype(float)
     x = (pats == 1).astype(float)
     gap = 1.0 - fpr - fnr

@@ -1,4 +1,5 @@
-"""Resampling for the calibration test (seed 000 §C): items compressed once to (fine bin, score group, answer
+"""Resampling for the calibration test (Hanada and Futami 2026 §C): items compressed once to (fine bin, score group,
+answer
 pattern) cells, bootstrap draws of the cells, and answers simulated under H0 from given channels.
 
 See `noisycal_platform.calibration.inference` for the approximations (moment-matched score sums, binomial

@@ -1,4 +1,5 @@
-"""The calibration test of a binary version (seed 000 §3, §C): plug-in and debiased NC-ECE, the basic bootstrap
+"""The calibration test of a binary version (Hanada and Futami 2026 §3, §C): plug-in and debiased NC-ECE, the basic
+bootstrap
 interval and the p-value of H0 "calibrated", from the resampling (`resampling`), refits (`refits`) and per-bin
 statistics (`bins`) of this package.
 """
@@ -29,7 +30,7 @@ DEBIAS_GROUPS = 5  # score groups of the channel fit behind nc_ece_debiased (K �
 class CalibrationTest:
     """Result of `calibration_test`.
 
-    nc_ece : the plug-in NC-ECE of seed 000 §3 (equal to `nc_ece` with the same channels and weights).
+    nc_ece : the plug-in NC-ECE of Hanada and Futami 2026 §3 (equal to `nc_ece` with the same channels and weights).
     nc_ece_debiased : `debiased_abs_sum` of per-bin moments with their bootstrap variances; with channels
         estimated for K ≥ 3 annotators the moments use score-group EM channels (see `calibration_test`).
     ci_low, ci_high : basic bootstrap interval for the population NC-ECE at level 1 − alpha.
@@ -123,7 +124,7 @@ def debias_groups(scores: np.ndarray, n_bins: int, n_groups: int = DEBIAS_GROUPS
 
 
 def _score_group_fit(a: np.ndarray, groups: np.ndarray | None, seed: int, min_gap: float) -> ChannelFit | None:
-    """Shared-channel score-group EM (seed 000 §F.1.2) on ``groups``; None where it is not identified."""
+    """Shared-channel score-group EM (Hanada and Futami 2026 §F.1.2) on ``groups``; None where it is not identified."""
     if groups is None:
         return None
     try:
@@ -188,7 +189,8 @@ def calibration_test(
     min_gap: float = 0.05,
     fitted: ChannelFit | None = None,
 ) -> CalibrationTest:
-    """Plug-in and debiased NC-ECE, a bootstrap interval, and a test of H0 P(Y = 1 | s) = s (seed 000 §3, §C).
+    """Plug-in and debiased NC-ECE, a bootstrap interval, and a test of H0 P(Y = 1 | s) = s (Hanada and Futami 2026 §3,
+    §C).
 
     Parameters
     ----------
@@ -208,12 +210,13 @@ def calibration_test(
     `nc_ece_debiased` is the debiased estimator of Kumar, Liang & Ma (2019), "Verified uncertainty calibration",
     NeurIPS, §5 (`debiased_abs_sum`): Σ_k [2|m̂_k| − E_{N(m̂_k, σ̂_k²)}|R|], σ̂_k² the bootstrap variance of m̂_k.
     When the channels are estimated from K ≥ 3 annotators (Dawid–Skene for the plug-in), m̂_k and σ̂_k² come from
-    shared-channel score-group EM instead (seed 000 §4.1, §F.1.2): one prevalence per score group
+    shared-channel score-group EM instead (Hanada and Futami 2026 §4.1, §F.1.2): one prevalence per score group
     (`debias_groups`, DEBIAS_GROUPS = 5 quantile groups on fine-bin edges), channels common to all groups, refitted
     the same way on the same bootstrap draws as the interval's. Why: here the plug-in's error is mostly channel
     error (a shift of (a_j, b_j) moves every bin's corrected label the same way), and the score as a covariate of
     the prevalence makes the channels more precise. Simulated (s ~ Beta(2, 3), P(Y=1 | s) = s^0.8 + 0.03,
-    n = 3,000, the channels of seed 000's setting, 200 runs): plug-in MAE with score-group channels 0.00059
+    n = 3,000, the channels of Hanada and Futami 2026's setting, 200 runs): plug-in MAE with score-group channels
+    0.00059
     (s.e. 0.00028) below Dawid–Skene's (G = 2: 0.00047), the debiasing costs +0.00017 (s.e. 0.00010), net
     −0.00042 (s.e. 0.00030). Assumption: channels do not depend on the score (diagnosed by the score-invariance
     check); K = 2 fits are score-group EM already and known channels are held fixed, both unchanged. Bias left

@@ -1,5 +1,5 @@
 """Noise-corrected calibration for C classes: confusion-matrix channels, corrected one-hot labels,
-top-label and classwise NC-ECE, and corrected recalibration (extending seed 000 from 2 to C classes).
+top-label and classwise NC-ECE, and corrected recalibration (extending Hanada and Futami 2026 from 2 to C classes).
 
 No dagster imports here.
 """

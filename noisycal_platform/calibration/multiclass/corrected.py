@@ -7,15 +7,16 @@ one-hot label of annotation A_j = a is
     Ỹ_j = T_j^{-T} e_a,   i.e.  Ỹ_jc = (T_j^{-1})[a, c],     E[Ỹ_j | Y = y] = T_j^{-T} T_j^T e_y = e_y,
 
 so E[Ỹ_jc | X] = P(Y = c | X) under class-conditional noise. For C = 2 the class-1 entry is
-(A_j − a_j)/δ_j (seed 000 §3). Per class c the annotators are combined with inverse corrected-noise-variance
-weights (seed 000 §4.4 applied to the class-c indicator):
+(A_j − a_j)/δ_j (Hanada and Futami 2026 §3). Per class c the annotators are combined with inverse
+corrected-noise-variance
+weights (Hanada and Futami 2026 §4.4 applied to the class-c indicator):
 
     v̄_jc = E[Var(Ỹ_jc | Y)] = Σ_y π_y Σ_a T_j[y, a] (T_j^{-1})[a, c]² − π_c,     w_jc ∝ 1/v̄_jc,
 
 renormalised over the annotators present on each item: Ỹ_ic = Σ_{j∈J_i} w_jc Ỹ_ijc / Σ_{j∈J_i} w_jc.
-Annotators with v̄_jc = 0 share all the weight of class c (seed 000 §C.6). For C = 2 both classes get the
+Annotators with v̄_jc = 0 share all the weight of class c (Hanada and Futami 2026 §C.6). For C = 2 both classes get the
 binary weights. The plug-in prevalence is the mean of the equally weighted corrected labels, clipped to
-[1e-4, 1 − 1e-4] per class (seed 000 §F.4).
+[1e-4, 1 − 1e-4] per class (Hanada and Futami 2026 §F.4).
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def _noise_variance(t: np.ndarray, pi: np.ndarray) -> np.ndarray:
 
 def iv_weights(t: np.ndarray, pi: np.ndarray) -> np.ndarray:
     """(..., K, C) inverse-variance weights w_jc ∝ 1/v̄_jc, each class summing to 1 over the annotators;
-    where some v̄_jc = 0 those annotators share class c (seed 000 §C.6). Leading axes are replicates."""
+    where some v̄_jc = 0 those annotators share class c (Hanada and Futami 2026 §C.6). Leading axes are replicates."""
     v = _noise_variance(t, pi)
     zero = v <= VAR_ZERO
     w = np.where(zero.any(axis=-2, keepdims=True), zero.astype(float), 1.0 / np.where(zero, 1.0, v))

@@ -12,8 +12,8 @@ Both are two matrix products over the P ≤ (C+1)^K patterns, so an iteration do
 Multiple starts (soft vote + seeded random starts), best log-likelihood kept. The likelihood is invariant
 under a relabelling of the latent class; the orientation is fixed by the permutation σ maximising the
 summed diagonal Σ_j Σ_y T_j[y, σ(y)] (linear sum assignment), which for C = 2 is the binary rule
-Σ_j δ_j > 0 (seed 000 §4.3, §F.2). Three informative annotators identify the model up to that relabelling
-(seed 000 §D.5 for C = 2; Kruskal 1977 for C > 2).
+Σ_j δ_j > 0 (Hanada and Futami 2026 §4.3, §F.2). Three informative annotators identify the model up to that relabelling
+(Hanada and Futami 2026 §D.5 for C = 2; Kruskal 1977 for C > 2).
 
 Reference: A. P. Dawid and A. M. Skene (1979), "Maximum likelihood estimation of observer error-rates
 using the EM algorithm", J. R. Stat. Soc. C 28(1):20–28, doi:10.2307/2346806.
@@ -441,7 +441,8 @@ def estimate_confusion(
     if k < 3:
         raise NotIdentifiableError(
             f"multi-class Dawid–Skene needs at least 3 annotators, got {k}: with fewer the confusion matrices "
-            "are not identified (a continuum of matrices fits the joint answer table, seed 000 §D.1). Add "
+            "are not identified (a continuum of matrices fits the joint answer table, Hanada and Futami 2026 §D.1). "
+            "Add "
             "annotators or supply known confusion matrices"
         )
     if n_starts < 1:

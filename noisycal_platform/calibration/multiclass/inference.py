@@ -1,5 +1,5 @@
 """Calibration test for C classes: plug-in and debiased top-label / classwise NC-ECE, a bootstrap interval that
-carries the confusion-matrix estimation error, and a test of H0 P(Y = c | p) = p_c (seed 000 §3, §C.2–C.3,
+carries the confusion-matrix estimation error, and a test of H0 P(Y = c | p) = p_c (Hanada and Futami 2026 §3, §C.2–C.3,
 extended from 2 to C classes with the corrected one-hot labels of Patrini et al. 2017).
 
 Statistic. Row g has bins k of a score s_ig with target class t_ig: top-label one row, s = max_c p_c, t the
@@ -21,7 +21,8 @@ a replicate costs O(C·B·(C+1)^K) after its counts are drawn.
   vectors per cell cost more: numpy's sampler visits every category, measured about 14 µs per 343-category
   draw.)
 
-Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts (`batched_confusion_em`, seed 000
+Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts (`batched_confusion_em`, Hanada and Futami
+2026
 §F.1.1 with C classes), vectorised over replicates and warm-started at the point estimate. A replicate whose refit
 is not finite, has a confusion matrix with smallest singular value ≤ ``min_gap`` or a class with prevalence
 ≤ 1e-6 is *unidentified*: counted, reported and left out of the quantiles.

@@ -10,13 +10,13 @@ vector of item i and N the items included:
 - classwise (Kull et al. 2019, "Beyond temperature scaling", NeurIPS): one binned NC-ECE per class,
   NC-ECE_c = Σ_k |Σ_{i∈k_c}(Ỹ_ic − p_ic)| / N with bins of p_ic, averaged over the C classes.
 
-Each class's term is the binary NC-ECE of seed 000 §3 applied to the indicator of class c; for C = 2 the
+Each class's term is the binary NC-ECE of Hanada and Futami 2026 §3 applied to the indicator of class c; for C = 2 the
 class-1 term equals the binary `nc_ece` of p_i1 exactly.
 
 Implementation: Ỹ_i depends only on the item's answer pattern (digits d_j = label + 1, 0 = missing, at
 most (C+1)^K patterns), so one pass over cache-sized chunks counts items and sums s and s² per
 (class, bin, pattern) cell with ``bincount`` and the ≤ C·B·(C+1)^K cells are then combined with the
-per-pattern corrected labels (seed 000 §F.3: O(nK + M)).
+per-pattern corrected labels (Hanada and Futami 2026 §F.3: O(nK + M)).
 """
 
 from __future__ import annotations

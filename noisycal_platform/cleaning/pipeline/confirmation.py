@@ -60,7 +60,7 @@ def near_duplicate_queue_depths(
 ) -> dict[str, int]:
     """Per dataset, the pairs its near-duplicate ranking must hold so that the queue keeps two stopping runs
     beyond the deepest answer logged so far (`protocol.queue_depth` over the ``answers``, ``ANSWER_SCHEMA``: the
-    records of ``inbox/confirmations``, seed 001 §3.3)."""
+    records of ``inbox/confirmations``, Gröger et al. 2023 §3.3)."""
     return {d: queue_depth(answers, d, "near_duplicate", initial=initial, n_stop=n_stop) for d in datasets}
 
 

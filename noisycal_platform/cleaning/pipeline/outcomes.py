@@ -1,4 +1,5 @@
-"""Behind ``assets/cleaning/outcomes.py``: what the confirmed answers say (seed 001 §3.3-§4.5), each statistic on
+"""Behind ``assets/cleaning/outcomes.py``: what the confirmed answers say (Gröger et al. 2023 §3.3-§4.5), each
+statistic on
 the panel's effective answers (after undos).
 
 Asset -> function: ``cleaning/label_error_prevalence`` ->

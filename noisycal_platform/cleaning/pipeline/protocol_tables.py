@@ -1,4 +1,5 @@
-"""The SelfClean protocol's tables (seed 001 §3): the queue of candidates, the panel's verdicts on them, the files
+"""The SelfClean protocol's tables (Gröger et al. 2023 §3): the queue of candidates, the panel's verdicts on them, the
+files
 the cleaning removes and keeps, the label-error prevalence and Table 1. Pure: rankings and answers in, frames out.
 The protocol's rules themselves (effective answer, panel, unanimous, majority, stopping rule) are in
 :mod:`noisycal_platform.cleaning.protocol`.
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-#: The confirming panel; lay raters enter agreement and expert-vs-lay only (seed 001 §4.5).
+#: The confirming panel; lay raters enter agreement and expert-vs-lay only (Gröger et al. 2023 §4.5).
 PANEL_ROLES = ("expert",)
 
 
@@ -199,7 +200,7 @@ def removed_files(
     """Files the cleaning removes under ``rule``: columns file_name, reason ("irrelevant"|"near_duplicate").
 
     Confirmed irrelevant files, and for each connected group of confirmed near-duplicate pairs all but one
-    seeded random member (``protocol.select_removals``). Label errors are never removed (seed 001 §3.4).
+    seeded random member (``protocol.select_removals``). Label errors are never removed (Gröger et al. 2023 §3.4).
     Candidates naming files absent from ``files`` are ignored.
     """
     check_rule(rule)
@@ -233,7 +234,7 @@ def label_error_prevalence(
 ) -> pl.DataFrame:
     """Estimated label-error prevalence per rule: confirmed label errors / N with a Clopper-Pearson 95% CI.
 
-    Reported, not corrected (seed 001 §3.4); a lower bound because only the top of the ranking is reviewed.
+    Reported, not corrected (Gröger et al. 2023 §3.4); a lower bound because only the top of the ranking is reviewed.
     """
     check_files(files, ("file_name",))
     ds = dataset or (confirmed["dataset"][0] if confirmed.height else "")
@@ -258,7 +259,7 @@ def label_error_prevalence(
 
 
 def issue_table(confirmed: pl.DataFrame, sizes: Mapping[str, int]) -> pl.DataFrame:
-    """Seed 001 Table 1: confirmed issues per dataset, rule and issue type, count and % of dataset size."""
+    """Gröger et al. 2023 Table 1: confirmed issues per dataset, rule and issue type, count and % of dataset size."""
     rows = []
     for ds in sorted(sizes):
         part = confirmed.filter(pl.col("dataset") == ds)

@@ -1,4 +1,5 @@
-"""Behind ``assets/cleaning/rankings.py``: the three issue rankings per embedding kind (seed 001 §3.3), and which
+"""Behind ``assets/cleaning/rankings.py``: the three issue rankings per embedding kind (Gröger et al. 2023 §3.3), and
+which
 kernel computes them: the single-process rankings of :mod:`noisycal_platform.cleaning.rankings` when ``client`` is
 ``None``, else their row-block forms on a Dask client (:mod:`~noisycal_platform.cleaning.rankings.row_blocks`,
 equal pair for pair and score for score).
@@ -47,7 +48,7 @@ VERIFY_MAX_SIDE = 512
 
 
 def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
-    """``RANKING_SCHEMA`` per embedding kind: single-linkage dendrogram walk (seed 001 §3.3,
+    """``RANKING_SCHEMA`` per embedding kind: single-linkage dendrogram walk (Gröger et al. 2023 §3.3,
     :func:`noisycal_platform.cleaning.rankings.rank_irrelevant`)."""
     files = image_files(images)
     return pl.concat(
@@ -59,7 +60,7 @@ def rank_near_duplicates(
     images: pl.DataFrame, embeddings: pl.DataFrame, top_k: int, *, rerank: bool = False, k: int = 10,
     min_inliers: int = 8, combine: str = "rank_sum", client: Any = None,
 ) -> pl.DataFrame:
-    """``NEAR_DUPLICATE_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (seed 001 §3.3;
+    """``NEAR_DUPLICATE_SCHEMA`` per embedding kind: the exact top-k pairs by d = (1 − cos)/2 (Gröger et al. 2023 §3.3;
     :func:`near_duplicate_pairs`, with a Dask ``client`` as row-block tasks on its workers, the same pairs;
     ``inliers``, ``verified`` null), or with ``rerank`` the learned embedding's exact k-NN candidates re-ranked by
     SIFT + geometric verification (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`;
@@ -74,7 +75,7 @@ def rank_near_duplicates(
 
 
 def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, client: Any = None) -> pl.DataFrame:
-    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (seed 001 §3.3); with a
+    """``RANKING_SCHEMA`` per embedding kind: d_diff² / (d_same² + d_diff²), ascending (Gröger et al. 2023 §3.3); with a
     Dask ``client`` as row-block tasks on its workers (:func:`label_error_ranking`, the same ranking)."""
     files = image_files(images)
     labels = files["label"].to_numpy()

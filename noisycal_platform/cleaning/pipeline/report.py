@@ -53,7 +53,8 @@ class CleaningReport:
 
 def cleaning_report(images: pl.DataFrame, tables: Mapping[str, pl.DataFrame], *, created: str) -> CleaningReport:
     """:func:`render_cleaning_report` over every registered dataset: Table 1 from ``confirmed_issues`` and the
-    dataset sizes (seed 001 Table 1), the speed-up with its micro and macro averages (Table 4), thumbnails from
+    dataset sizes (Gröger et al. 2023 Table 1), the speed-up with its micro and macro averages (Table 4), thumbnails
+    from
     each dataset's root, and the encoder chosen per dataset (``ssl_encoder``, optional). ``tables`` holds each of
     ``REPORT_INPUTS``; a table never built may have no columns."""
     registered = "dataset" in images.columns and images.height > 0

@@ -80,7 +80,7 @@ ISSUE_TABLE_SCHEMA: dict[str, pl.DataType] = {
     "rule": pl.String(),
     "issue_type": pl.String(),
     "n_issues": pl.Int64(),  # pairs for near_duplicate
-    "percent": pl.Float64(),  # 100 · n_issues / size (as in seed 001 Table 1)
+    "percent": pl.Float64(),  # 100 · n_issues / size (as in Gröger et al. 2023 Table 1)
 }
 
 

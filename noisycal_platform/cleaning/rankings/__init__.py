@@ -1,4 +1,4 @@
-"""SelfClean candidate rankings (seed 001 §3.2): irrelevant samples, near duplicates, label errors.
+"""SelfClean candidate rankings (Gröger et al. 2023 §3.2): irrelevant samples, near duplicates, label errors.
 
 All three use d = (1 - cos)/2 on L2-normalised float32 embeddings, are exact (equal to a float64
 brute force on the full distance matrix) and keep memory at O(N·D) plus one tile buffer per worker

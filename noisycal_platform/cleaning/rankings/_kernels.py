@@ -1,6 +1,6 @@
 """Shared kernels for the rankings: input normalisation, the distance, exact re-evaluation.
 
-Definition used by all three rankings (seed 001 §3.2, SelfClean): the embeddings are L2-normalised
+Definition used by all three rankings (Gröger et al. 2023 §3.2, SelfClean): the embeddings are L2-normalised
 in float64 and stored as float32 ``x_i``; the distance is
 
     d(i, j) = min(||x_i - x_j||² / 4, 1)   (= (1 - cos)/2 for unit vectors)

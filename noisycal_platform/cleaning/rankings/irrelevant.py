@@ -1,4 +1,4 @@
-"""Irrelevant-sample ranking: single linkage + dendrogram-area walk (seed 001 §3.2; SelfClean's LAD).
+"""Irrelevant-sample ranking: single linkage + dendrogram-area walk (Gröger et al. 2023 §3.2; SelfClean's LAD).
 
 The single-linkage tree comes from an exact O(N·D)-memory MST (``_mst``); the walk is vectorised
 (pointer doubling over the tree, then one cumulative sum), so it has no recursion and no Python loop

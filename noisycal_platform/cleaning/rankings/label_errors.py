@@ -1,4 +1,4 @@
-"""Label-error ranking: intra-/extra-class distance ratio (seed 001 §3.2; SelfClean).
+"""Label-error ranking: intra-/extra-class distance ratio (Gröger et al. 2023 §3.2; SelfClean).
 
 Hand-written because it needs, per sample, the exact nearest same-label *and* nearest other-label
 neighbour in O(N·D) memory; a k-NN library would need per-class indexes plus a farthest search.

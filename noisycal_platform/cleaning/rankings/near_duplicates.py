@@ -1,4 +1,4 @@
-"""Near-duplicate ranking: the exact top-k closest pairs (seed 001 §3.2; SelfClean's pair ranking).
+"""Near-duplicate ranking: the exact top-k closest pairs (Gröger et al. 2023 §3.2; SelfClean's pair ranking).
 
 Hand-written because no library returns the *global* top-k pairs exactly in O(N·D) memory
 (faiss k-NN lists need a certificate and a retry to be exact).

@@ -1,4 +1,4 @@
-"""Result types of the SelfClean candidate rankings (seed 001 §3.2).
+"""Result types of the SelfClean candidate rankings (Gröger et al. 2023 §3.2).
 
 Both are frozen dataclasses holding read-only numpy arrays, so a ranking can be cached and shared
 without defensive copies. ``to_frame`` / ``from_frame`` convert to and from the stored table (one row per

@@ -1,4 +1,4 @@
-"""Simulated annotators with known channels, for tests whose truth is drawn by hand (seed 000 §2)."""
+"""Simulated annotators with known channels, for tests whose truth is drawn by hand (Hanada and Futami 2026 §2)."""
 
 from __future__ import annotations
 

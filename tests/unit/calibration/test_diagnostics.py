@@ -1,4 +1,4 @@
-"""Assumption checks (seed 000 §D.7) flag simulated violations and stay quiet on clean simulations."""
+"""Assumption checks (Hanada and Futami 2026 §D.7) flag simulated violations and stay quiet on clean simulations."""
 
 import numpy as np
 import pytest

@@ -198,7 +198,7 @@ def test_guarantees_fast_version():
 
 @pytest.mark.slow
 def test_guarantees_with_estimated_channels():
-    """Seed 000 setting, channels by Dawid–Skene refitted in every replicate, 400 runs each."""
+    """Hanada and Futami 2026 setting, channels by Dawid–Skene refitted in every replicate, 400 runs each."""
     truth = _population_nc_ece()
     calibrated, mis = _guarantee_runs(400, 500)
     m = _summary(calibrated, mis, truth)

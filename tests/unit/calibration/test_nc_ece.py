@@ -23,7 +23,8 @@ from tests.shared_data import needs_shared, shared_path
 
 
 def _nc_ece_reference(scores, annotations, channels, weights, n_bins):
-    """Straight from seed 000 §3: per bin, Σ_i (Ỹ_i − s_i) with Ỹ_i renormalised over present annotators."""
+    """Straight from Hanada and Futami 2026 §3: per bin, Σ_i (Ỹ_i − s_i) with Ỹ_i renormalised over present
+    annotators."""
     total = 0.0
     n_used = 0
     for m in range(n_bins):
@@ -147,7 +148,7 @@ def test_identity_channels_give_ordinary_binned_ece():
 
 
 def test_worked_example_c61_iv_weights_residual_and_ncece_variance():
-    """seed 000 §C.6.1: K=2, n=1, s=η=1/2, a=b=1/4: Var R 1 → 5/8, Var NC-ECE 0 → 15/64."""
+    """Hanada and Futami 2026 §C.6.1: K=2, n=1, s=η=1/2, a=b=1/4: Var R 1 → 5/8, Var NC-ECE 0 → 15/64."""
     ch = [Channel(0.25, 0.25), Channel(0.25, 0.25)]
     w_iv = aggregation_weights(ch, 0.5, rule="iv")
     np.testing.assert_allclose(w_iv, [0.5, 0.5])
@@ -181,7 +182,7 @@ def test_worked_example_c61_iv_weights_residual_and_ncece_variance():
 
 
 def test_worked_example_d1_one_annotator_not_identified():
-    """seed 000 §D.1: same data (s = 1/2, P(A=1) = 5/8), CE 1/8 (perfect annotator) vs 5/32 (a=b=1/10)."""
+    """Hanada and Futami 2026 §D.1: same data (s = 1/2, P(A=1) = 5/8), CE 1/8 (perfect annotator) vs 5/32 (a=b=1/10)."""
     s = np.full(8, 0.5)
     a = np.array([[1.0]] * 5 + [[0.0]] * 3)
     assert nc_ece(s, a, [Channel(0.0, 0.0)]).value == pytest.approx(1 / 8, rel=1e-9, abs=1e-12)

@@ -19,7 +19,7 @@ def test_one_function_per_asset():
     for name in ASSETS:
         fn = getattr(pipeline, name)
         assert inspect.isfunction(fn) and fn.__module__ == pipeline.__name__
-        assert "seed 000" in fn.__doc__
+        assert "Hanada and Futami 2026" in fn.__doc__
 
 
 def test_facade_equals_the_table_functions():

@@ -1,4 +1,5 @@
-"""Recalibration (seed 000 §5, §E.2): known-truth recovery, unbounded objective, projection, round trip."""
+"""Recalibration (Hanada and Futami 2026 §5, §E.2): known-truth recovery, unbounded objective, projection, round
+trip."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ def test_unbounded_corrected_objective_detected_not_t_zero():
         return np.mean(np.logaddexp(0, u) - yt * u)
 
     assert loss(1e-3) < loss(1e-2) < loss(1e-1)
-    # minimised inside the compact set instead (seed 000 §E.2): at the box's lower end, flagged, never T ≈ 0
+    # minimised inside the compact set instead (Hanada and Futami 2026 §E.2): at the box's lower end, flagged, never T
+    # ≈ 0
     temp = fit_recalibrator(s, a, [Channel(0.2, 0.2)], method="temperature")
     assert temp.diagnostics["unbounded"] and temp.diagnostics["at_bound"] and not temp.converged
     assert temp.params["temperature"] == pytest.approx(T_BOUNDS[0], rel=1e-9)

@@ -1,4 +1,4 @@
-"""Sample regimes (seed 000 §C.2–C.4) and the toy simulation with known truth (§6.1)."""
+"""Sample regimes (Hanada and Futami 2026 §C.2–C.4) and the toy simulation with known truth (§6.1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Aggregation weights (seed 000 §4.4, §C.6, §F.4)."""
+"""Aggregation weights (Hanada and Futami 2026 §4.4, §C.6, §F.4)."""
 
 from __future__ import annotations
 

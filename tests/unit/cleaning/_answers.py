@@ -1,4 +1,4 @@
-"""Confirmation answer records for the cleaning tests (the field set of seed 001 §3.3's answer log)."""
+"""Confirmation answer records for the cleaning tests (the field set of Gröger et al. 2023 §3.3's answer log)."""
 
 from __future__ import annotations
 

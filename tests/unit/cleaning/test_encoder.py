@@ -1,4 +1,4 @@
-"""Tests for the DINO encoder, the non-learned baseline and the embedding cache (seed 001 §3.6)."""
+"""Tests for the DINO encoder, the non-learned baseline and the embedding cache (Gröger et al. 2023 §3.6)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _images(n: int = 48, size: int = 16, seed: int = 0) -> torch.Tensor:
 
 def test_presets_match_the_seed_and_validate() -> None:
     assert (PAPER.image_size, PAPER.patch_size, PAPER.embed_dim, PAPER.depth, PAPER.heads, PAPER.epochs) == (
-        224, 16, 192, 12, 3, 500)  # seed 001 §3.6: ViT-tiny/16, 224 px, dim 192, 500 epochs
+        224, 16, 192, 12, 3, 500)  # Gröger et al. 2023 §3.6: ViT-tiny/16, 224 px, dim 192, 500 epochs
     assert DEMO.embed_dim == HAM_CPU.embed_dim == 192
     assert PAPER.config_hash == EncoderConfig().config_hash
     assert PAPER.replace(device="cuda", num_threads=3).config_hash == PAPER.config_hash

@@ -1,4 +1,4 @@
-"""Expert vs lay (seed 001 §4.5): differences of κ, the one-sided paired sign test (the seed's test, which
+"""Expert vs lay (Gröger et al. 2023 §4.5): differences of κ, the one-sided paired sign test (the seed's test, which
 relies solely on the signs) and the mean sign-flip permutation test kept beside it."""
 
 import itertools

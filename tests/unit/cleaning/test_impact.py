@@ -1,4 +1,4 @@
-"""Impact of cleaning (seed 001 Table 2): paired bootstrap of after − before, * and ° flags."""
+"""Impact of cleaning (Gröger et al. 2023 Table 2): paired bootstrap of after − before, * and ° flags."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Protocol: stopping rule (seed 001 §3.3), undo, sessions, aggregation, removals (§3.4)."""
+"""Protocol: stopping rule (Gröger et al. 2023 §3.3), undo, sessions, aggregation, removals (§3.4)."""
 
 import json
 import math
@@ -28,7 +28,7 @@ def rec(aid, ann, item, answer, pos, t, undoes=None, role="expert", it="irreleva
 
 
 def test_stopping_count_paper_value():
-    assert stopping_count() == 58  # seed 001 §3.3
+    assert stopping_count() == 58  # Gröger et al. 2023 §3.3
     assert stopping_count(0.05, 0.05) == 58
 
 
@@ -176,7 +176,7 @@ LISTS = {
 @needs_shared(REVISED, "shared SelfClean revised benchmark data")
 @pytest.mark.parametrize("ds", sorted(SIZES))
 def test_removals_on_published_unanimous_issues(ds):
-    """The published file lists (seed 001 §3.4) remove one sample per confirmed pair. Where no near-duplicate
+    """The published file lists (Gröger et al. 2023 §3.4) remove one sample per confirmed pair. Where no near-duplicate
     group has more than two images our per-group rule gives the same count; on SD-128 (13 groups of 3-5)
     it keeps exactly one image per group instead (brute-force check by flood fill)."""
     issues = json.loads((REVISED / "detailed_issue_lists" / f"{ds}_data_quality_issues.json").read_text())

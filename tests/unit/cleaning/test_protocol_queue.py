@@ -1,4 +1,4 @@
-"""The near-duplicate queue extends as annotators go (seed 001 §3.3: only the stopping rule or the end of the
+"""The near-duplicate queue extends as annotators go (Gröger et al. 2023 §3.3: only the stopping rule or the end of the
 candidates ends a session): re-ranking to ``queue_depth`` after each batch of answers."""
 
 from __future__ import annotations

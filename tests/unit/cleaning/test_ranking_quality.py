@@ -1,4 +1,4 @@
-"""Ranking quality (seed 001 Table 3) and speed-up (Table 4)."""
+"""Ranking quality (Gröger et al. 2023 Table 3) and speed-up (Table 4)."""
 
 import numpy as np
 import polars as pl
@@ -73,7 +73,7 @@ def _effective(counts: dict[str, list[int]], issue_type: str) -> pl.DataFrame:
 
 
 def test_speedup_reproduces_seed_table4_averages():
-    # seed 001 Table 4, irrelevant samples: sizes and factors -> micro 14.0, macro 14.8
+    # Gröger et al. 2023 Table 4, irrelevant samples: sizes and factors -> micro 14.0, macro 14.8
     sizes = {"MED-NODE": 170, "PH2": 200, "DDI": 656, "Derm7pt": 2022, "PAD-UFES-20": 2298, "SD-128": 5619}
     factors = {"MED-NODE": 1.9, "PH2": 2.6, "DDI": 6.1, "Derm7pt": 36.8, "PAD-UFES-20": 8.2, "SD-128": 32.9}
     counts = {ds: [round(sizes[ds] / factors[ds])] * 3 for ds in sizes}

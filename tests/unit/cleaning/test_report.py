@@ -130,5 +130,5 @@ def test_impact_cells_follow_table2_format():
         }
     )
     html = render_cleaning_report(impact=impact)
-    assert "-0.3 [-0.7, +0.1]<" in html  # seed 001 Table 2, MED-NODE DeepDerm AUROC
+    assert "-0.3 [-0.7, +0.1]<" in html  # Gröger et al. 2023 Table 2, MED-NODE DeepDerm AUROC
     assert "-0.9 [-2.5, 0.0]°" in html  # exact-zero bound is unsigned and flagged

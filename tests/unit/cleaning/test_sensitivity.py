@@ -1,4 +1,4 @@
-"""Stopping-rule sensitivity (seed 001 Appendix D)."""
+"""Stopping-rule sensitivity (Gröger et al. 2023 Appendix D)."""
 
 import math
 

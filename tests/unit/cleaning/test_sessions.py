@@ -1,4 +1,4 @@
-"""How confirmation sessions end (seed 001 Appendix C, Figure 9): the stopping rule or the end of the
+"""How confirmation sessions end (Gröger et al. 2023 Appendix C, Figure 9): the stopping rule or the end of the
 candidates, checked against hand-made logs and against the confirmation web tool's own walk."""
 
 import numpy as np

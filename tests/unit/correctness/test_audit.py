@@ -1,4 +1,4 @@
-"""AUROC, H_f, D_f, directional errors and false acceptance on small hand-computed examples (seed 002
+"""AUROC, H_f, D_f, directional errors and false acceptance on small hand-computed examples (Rethinking Correctness 2026
 §2-3)."""
 
 import numpy as np

@@ -1,5 +1,5 @@
 """Paired stratified bootstrap: quotas preserved in every replicate, AUROC per replicate equals sklearn on the
-materialised resample, point estimates equal the direct audit metrics (seed 002 §3.2)."""
+materialised resample, point estimates equal the direct audit metrics (Rethinking Correctness 2026 §3.2)."""
 
 import warnings
 

@@ -1,4 +1,4 @@
-"""Demo inputs are shaped like seed 002 §2.4/§3.1 and reproducible."""
+"""Demo inputs are shaped like Rethinking Correctness 2026 §2.4/§3.1 and reproducible."""
 
 import json
 

@@ -1,4 +1,5 @@
-"""EM normalisation, table-driven (seed 002 §3.1): Unicode, punctuation, order, "none", out-of-space, partial,
+"""EM normalisation, table-driven (Rethinking Correctness 2026 §3.1): Unicode, punctuation, order, "none",
+out-of-space, partial,
 extra, single-label tasks with two labels; plus parsing of the model's JSON output."""
 
 import pytest

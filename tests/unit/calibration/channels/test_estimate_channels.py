@@ -1,4 +1,4 @@
-"""Dispatcher and non-identification (seed 000 §D.1)."""
+"""Dispatcher and non-identification (Hanada and Futami 2026 §D.1)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _joint(prev, chans):
 
 
 def test_two_annotators_without_scores_form_a_continuum_and_are_refused():
-    # seed 000 §D.1: different channel settings give the same joint table (0.31, 0.19, 0.19, 0.31)
+    # Hanada and Futami 2026 §D.1: different channel settings give the same joint table (0.31, 0.19, 0.19, 0.31)
     settings = [
         (0.5, (Channel(0.2, 0.2), Channel(0.3, 0.3))),
         (0.5, (Channel(0.1, 0.1), Channel(0.35, 0.35))),

@@ -1,4 +1,4 @@
-"""Shared-channel score-group EM (seed 000 §F.1.2): recovery, orientation, identification guard."""
+"""Shared-channel score-group EM (Hanada and Futami 2026 §F.1.2): recovery, orientation, identification guard."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Closed form for two annotators in two groups (seed 000 §4.2, §D.2) on exact population moments."""
+"""Closed form for two annotators in two groups (Hanada and Futami 2026 §4.2, §D.2) on exact population moments."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Irrelevant-sample ranking: exact single linkage + dendrogram-area walk (seed 001 §3.2)."""
+"""Irrelevant-sample ranking: exact single linkage + dendrogram-area walk (Gröger et al. 2023 §3.2)."""
 
 from __future__ import annotations
 

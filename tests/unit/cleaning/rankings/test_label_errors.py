@@ -1,4 +1,4 @@
-"""Label-error ranking: intra-/extra-class distance ratio (seed 001 §3.2)."""
+"""Label-error ranking: intra-/extra-class distance ratio (Gröger et al. 2023 §3.2)."""
 
 from __future__ import annotations
 

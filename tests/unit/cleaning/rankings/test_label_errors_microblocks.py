@@ -1,4 +1,4 @@
-"""Label-error ranking, micro-block screening edge cases (seed 001 §3.2).
+"""Label-error ranking, micro-block screening edge cases (Gröger et al. 2023 §3.2).
 
 Class sizes around the micro-block (``_TILE // 8``) and tile edges, singleton and two-member
 classes, exact duplicates that tie across micro-blocks, record compaction, and the serial and

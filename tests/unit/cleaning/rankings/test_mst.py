@@ -1,4 +1,4 @@
-"""Exact MST kernels (seed 001 §3.2): k-NN first lists, exact rescans, the tree itself.
+"""Exact MST kernels (Gröger et al. 2023 §3.2): k-NN first lists, exact rescans, the tree itself.
 
 References are brute force on the dense float64 distance matrix: Kruskal over all pairs sorted by
 the strict key (d, i, j), and per-point sorted distance rows.

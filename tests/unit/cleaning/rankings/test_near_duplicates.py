@@ -1,4 +1,4 @@
-"""Near-duplicate ranking: exact top-k pairs (seed 001 §3.2)."""
+"""Near-duplicate ranking: exact top-k pairs (Gröger et al. 2023 §3.2)."""
 
 from __future__ import annotations
 
