@@ -16,7 +16,7 @@ from noisycal_platform.cleaning.protocol import ANSWER_SCHEMA
 from noisycal_platform.correctness import pipeline as correctness_pipeline
 from noisycal_platform.correctness.io import AUDIT_SCHEMA, GENERATIONS_SCHEMA, CorrectnessInputError
 from noisycal_platform.ingest import ANNOTATION_SCHEMA, IngestError
-from noisycal_platform.io import SUBGROUP_TYPE, InputError, read_model_version, read_reference_label_records
+from noisycal_platform.io import MODEL_VERSION_COLUMNS, InputError, read_model_version, read_reference_label_records
 from resources.inbox import InboxResource
 from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
@@ -29,14 +29,7 @@ ANNOTATIONS, PREDICTIONS, REFERENCE_LABELS, CONFIRMATIONS, GENERATIONS, AUDIT_LA
 
 #: raw/predictions (`read_model_version`, then the version and its registration time): one row per scored item
 PREDICTIONS_SCHEMA = {
-    "item_id": pl.String,
-    "score": pl.Float64,
-    "n_classes": pl.Int64,
-    "classes": pl.List(pl.String),
-    "probabilities": pl.List(pl.Float64),
-    "subgroups": SUBGROUP_TYPE,
-    MODEL_VERSION_COLUMN: pl.String,
-    "registered_at": pl.Datetime("us", "UTC"),
+    **MODEL_VERSION_COLUMNS, MODEL_VERSION_COLUMN: pl.String, "registered_at": pl.Datetime("us", "UTC"),
 }
 #: raw/reference_labels (`read_reference_label_records`)
 REFERENCE_LABELS_SCHEMA = {"item_id": pl.String, "label": pl.Int8}

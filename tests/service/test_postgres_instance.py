@@ -163,9 +163,8 @@ def test_two_concurrent_runs_from_two_processes(tmp_path, server):
 def test_service_daemon_sensors_and_run_queue_on_postgres(tmp_path, server):
     """``noisycal serve`` on a PostgreSQL home: the daemon's heartbeat and sensor ticks are stored there, and
     ``noisycal materialize`` goes through the QueuedRunCoordinator and is launched by the daemon."""
-    from orchestration.instance import daemon_running
     from orchestration.service import serve_in_background
-    from tests._server import free_port, wait_for_server_info
+    from tests._server import free_port, wait_for_daemon, wait_for_server_info
 
     home, url = _pg_home(tmp_path, server)
     port = free_port()
@@ -174,10 +173,7 @@ def test_service_daemon_sensors_and_run_queue_on_postgres(tmp_path, server):
     with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}):
         wait_for_server_info(port, time.time() + 300, 1, "the webserver did not answer within 300 s")
         instance = instance_for(home)
-        deadline = time.time() + 120
-        while not daemon_running(instance) and time.time() < deadline:
-            time.sleep(1)
-        assert daemon_running(instance), "no daemon heartbeat within 120 s"
+        wait_for_daemon(instance)
         proc = subprocess.run([*cli, "materialize", "--select", "raw/reference_labels"], env=env,
                               capture_output=True, text=True, timeout=400)
         assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -13,10 +13,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from orchestration.instance import daemon_running, instance_for
+from orchestration.instance import instance_for
 from orchestration.run_queue import service_address
 from orchestration.service import serve_in_background
-from tests._server import free_port, wait_for_server_info
+from tests._server import free_port, wait_for_daemon, wait_for_server_info
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,10 +30,7 @@ def test_materialize_under_the_service_is_queued_and_launched_by_the_daemon(tmp_
     with serve_in_background(home, port, env={"OMP_NUM_THREADS": "1"}):
         wait_for_server_info(port, time.time() + 300, 1, "the webserver did not answer within 300 s")
         instance = instance_for(home)
-        deadline = time.time() + 120
-        while not daemon_running(instance) and time.time() < deadline:
-            time.sleep(1)
-        assert daemon_running(instance), "no daemon heartbeat within 120 s"
+        wait_for_daemon(instance)
         assert service_address(home) == ("127.0.0.1", port)
 
         tick = subprocess.run([*cli, "tick"], env=env, capture_output=True, text=True, timeout=120)
