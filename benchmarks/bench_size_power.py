@@ -65,7 +65,7 @@ def main(scale: float = 1.0) -> None:
     mis = run("binary miscalibrated", _runs.binary_miscalibrated, 1, n(200))
     truth = _runs.binary_truth()
     add("binary test", "power", "n=3000, η=min(s^0.8+0.03,1), est. channels", mis[:, 2])
-    add("binary basic interval", "coverage", "same runs (target ≥ 0.94)", (mis[:, 0] <= truth) & (truth <= mis[:, 1]))
+    add("binary interval", "coverage", "same runs (target ≥ 0.94)", (mis[:, 0] <= truth) & (truth <= mis[:, 1]))
 
     # multi-class, confusion matrices estimated and refitted; both kinds on each data set
     mcal = run("multiclass calibrated (est.)", _runs.multiclass_calibrated_estimated, 2, n(80))
@@ -78,7 +78,7 @@ def main(scale: float = 1.0) -> None:
     add("min-p WARN check (top-label, classwise)", "power", "same runs", np.minimum(mmis[:, 2], mmis[:, 5]) < ALPHA)
     for kind, c in (("top_label", 0), ("classwise", 3)):
         tr = _runs.multiclass_truth(kind)
-        add(f"{kind.replace('_', '-')} basic interval", "coverage", "same runs (target ≥ 0.93)",
+        add(f"{kind.replace('_', '-')} interval", "coverage", "same runs (target ≥ 0.93)",
             (mmis[:, c] <= tr) & (tr <= mmis[:, c + 1]))
 
     # subgroups after Holm

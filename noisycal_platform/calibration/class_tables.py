@@ -238,8 +238,9 @@ def multiclass_test(
     seed: int, refit: bool = True,
 ) -> CalibrationTest | None:
     """The multi-class calibration test (`multiclass.inference.calibration_test_multiclass`: debiased NC-ECE,
-    basic interval, p-value of H0 "calibrated", null_q95) with the stored confusion matrices as point estimate,
-    re-estimated in every replicate (``refit``) or held fixed; None where the library has no such test."""
+    interval around the debiased value, p-value of H0 "calibrated", null_q95) with the stored confusion matrices
+    as point estimate, re-estimated in every replicate (``refit``) or held fixed; None where the library has no
+    such test."""
     try:
         from .multiclass.inference import calibration_test_multiclass
     except ImportError:

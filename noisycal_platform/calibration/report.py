@@ -239,8 +239,8 @@ def render_calibration_report(
         "<p class='note'>Naive ECEs treat noisy labels as truth and are biased (Hanada and Futami 2026 §2.2). "
         "For NC-ECE, value is the plug-in estimate, value_debiased removes most of its upward bias (Kumar, Liang "
         "&amp; Ma "
-        "2019), and the interval is a basic bootstrap whose replicates re-estimate the channels; naive rows use "
-        "a percentile bootstrap over items.</p>",
+        "2019), and the interval is centred at value_debiased with the bootstrap spread of that estimate, whose "
+        "replicates re-estimate the channels; naive rows use a percentile bootstrap over items.</p>",
         f"<img alt='reliability diagram' src='{fig1}'>",
         "<p class='note'>Shaded: per bin, where the mean corrected label of a calibrated predictor falls 95% of "
         "the time with these scores, channels and missingness; numbers under the bins are item counts.</p>",
@@ -370,8 +370,9 @@ def subgroup_section(
                            "ci_low", "ci_high", "p_value", "p_value_holm", "verdict"]),
         "<p class='note'>Each subgroup's NC-ECE and calibration test use the whole version's annotator channels, "
         "held fixed (channels are annotator properties; the noise model takes them to be the same for every "
-        "item). Holm's step-down correction runs across all subgroups of one kind; a subgroup is flagged when "
-        "its adjusted p-value is below 0.05."
+        "item), so a subgroup's interval does not carry the error of those channel estimates. "
+        "Holm's step-down correction runs across all subgroups of one kind; a subgroup is flagged when its "
+        "adjusted p-value is below 0.05."
         + (f" Subgroups with fewer than {min_items} annotated items are listed, not computed." if min_items else "")
         + "</p>",
     ]

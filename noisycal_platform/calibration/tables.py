@@ -368,7 +368,7 @@ def nc_ece_report_table(
     One row per estimator ("nc_ece", "naive_majority_vote", "naive_soft_vote", "naive_annotator");
     columns `NC_ECE_REPORT_SCHEMA`. The "nc_ece" row is `calibration_test` (Hanada and Futami 2026 §3, §C): value =
     plug-in
-    `nc_ece`, value_debiased, the basic bootstrap interval ci_low/ci_high, p_value of H0 "calibrated", null_q95,
+    `nc_ece`, value_debiased, the interval ci_low/ci_high around value_debiased, p_value of H0 "calibrated", null_q95,
     channels_refit and n_unidentified (replicates whose refit was not identified). Naive rows: `binned_ece` of
     the noisy target with a percentile bootstrap over items, channels not involved; majority-vote ties count
     0.5. ``n_bootstrap`` = 0 stores the plug-in values only.

@@ -23,24 +23,24 @@ out of the quantiles. Both approximations are checked by the coverage and size s
 With K ≥ 3 estimated channels the bootstrap draws are evaluated twice: Dawid–Skene refits for the interval, and
 shared-channel score-group EM refits (score groups as cells, §F.1.2) for the moments of the debiased value.
 
-Modules: `bins` (per-bin statistics shared by both label spaces: `debiased_abs_sum`, `basic_interval`,
-`bootstrap_p_value`), `resampling` (cells, bootstrap draws, answers simulated under H0), `refits` (batched EM
-refits per replicate), `test` (`calibration_test`).
+Modules: `bins` (per-bin statistics shared by both label spaces: `debiased_abs_sum`,
+`debiased_normal_interval`, `bootstrap_p_value`), `resampling` (cells, bootstrap draws, answers simulated under
+H0), `refits` (batched EM refits per replicate), `test` (`calibration_test`).
 """
 
-from .bins import basic_interval, bootstrap_p_value, debiased_abs_sum, folded_normal_mean
+from .bins import bootstrap_p_value, debiased_abs_sum, debiased_normal_interval, folded_normal_mean
 from .refits import batched_em
 from .resampling import simulate_answers
 from .test import CalibrationTest, calibration_test, debias_groups
 
 __all__ = [
     "CalibrationTest",
-    "basic_interval",
     "batched_em",
     "bootstrap_p_value",
     "calibration_test",
     "debias_groups",
     "debiased_abs_sum",
+    "debiased_normal_interval",
     "folded_normal_mean",
     "simulate_answers",
 ]

@@ -1,7 +1,6 @@
-"""The calibration test of a binary version (Hanada and Futami 2026 §3, §C): plug-in and debiased NC-ECE, the basic
-bootstrap
-interval and the p-value of H0 "calibrated", from the resampling (`resampling`), refits (`refits`) and per-bin
-statistics (`bins`) of this package.
+"""The calibration test of a binary version (Hanada and Futami 2026 §3, §C): plug-in and debiased NC-ECE, the
+interval around the debiased value and the p-value of H0 "calibrated", from the resampling (`resampling`), refits
+(`refits`) and per-bin statistics (`bins`) of this package.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from ..channels._base import annotation_codes
 from ..channels.known import as_channels
 from ..nc_ece import _ann_array, _check_n_bins, _check_scores, nc_ece
 from ..weights import WEIGHT_RULES, resolve_weights
-from .bins import basic_interval, bootstrap_p_value, debiased_abs_sum
+from .bins import bootstrap_p_value, debiased_normal_interval
 from .refits import GROUP_METHODS, _pattern_labels, _Replicates, _weights_batch
 from .resampling import SUB, _bootstrap_draws, _Cells, _compress, _fine_bins, _null_counts
 
@@ -33,7 +32,8 @@ class CalibrationTest:
     nc_ece : the plug-in NC-ECE of Hanada and Futami 2026 §3 (equal to `nc_ece` with the same channels and weights).
     nc_ece_debiased : `debiased_abs_sum` of per-bin moments with their bootstrap variances; with channels
         estimated for K ≥ 3 annotators the moments use score-group EM channels (see `calibration_test`).
-    ci_low, ci_high : basic bootstrap interval for the population NC-ECE at level 1 − alpha.
+    ci_low, ci_high : interval for the population NC-ECE at level 1 − alpha, centred at nc_ece_debiased
+        (`debiased_normal_interval`; the plug-in nc_ece, biased upward, may lie above it).
     p_value : Monte Carlo p-value of H0 "P(Y = 1 | s) = s" (plug-in NC-ECE as the statistic).
     null_q95 : 95% quantile of the plug-in NC-ECE under H0 with these scores, channels and missingness.
     channels_refit : channels re-estimated in every replicate (False when channels were supplied).
@@ -145,19 +145,18 @@ def _check_arguments(n_boot: Any, alpha: float, weights: Any, channels: Any, fit
 
 
 def _bin_columns(
-    point: Any, debias_point: Any, boot_moments: np.ndarray, null_mean_y: np.ndarray, n_bins: int
-) -> tuple[float, pl.DataFrame]:
-    """The debiased NC-ECE (`debiased_abs_sum` of the debias fit's moments with the variances of the identified
-    bootstrap moments) and the plug-in bins with columns moment, moment_se, null_low, null_high (2.5% / 97.5%
-    of the identified null replicates' mean corrected label)."""
+    point: Any, debias_point: Any, boot_moments: np.ndarray, null_mean_y: np.ndarray, n_bins: int, level: float
+) -> tuple[tuple[float, float, float], pl.DataFrame]:
+    """The debiased NC-ECE and its interval (`debiased_normal_interval` of the debias fit's moments over the
+    identified bootstrap moments), and the plug-in bins with columns moment, moment_se, null_low, null_high
+    (2.5% / 97.5% of the identified null replicates' mean corrected label)."""
     bins = point.bins
     idx = bins["bin"].to_numpy()
     d_idx = debias_point.bins["bin"].to_numpy()
     m_debias = debias_point.bins["n"].to_numpy() / debias_point.n_items * debias_point.bins["residual"].to_numpy()
+    debiased, lo, hi, var_d = debiased_normal_interval(m_debias, boot_moments[:, d_idx], level)
     var_m = np.zeros(n_bins)
-    if boot_moments.shape[0] > 1:
-        var_m = np.nan_to_num(np.nanvar(boot_moments, axis=0, ddof=1))
-    debiased = float(debiased_abs_sum(m_debias, var_m[d_idx]))
+    var_m[d_idx] = var_d
     m_full = np.zeros(n_bins)
     m_full[d_idx] = m_debias
     with np.errstate(invalid="ignore"):
@@ -172,7 +171,7 @@ def _bin_columns(
         pl.Series("null_low", band[0]),
         pl.Series("null_high", band[1]),
     )
-    return debiased, bins
+    return (debiased, lo, hi), bins
 
 
 def calibration_test(
@@ -205,23 +204,24 @@ def calibration_test(
         annotation-column order); used as the point estimate instead of a new fit, and still re-estimated in
         every replicate. Requires ``channels`` None.
 
-    The interval is the basic bootstrap interval (`basic_interval`) of the plug-in NC-ECE.
+    The interval is `debiased_normal_interval`: the debiased NC-ECE ± z·(its bootstrap s.d.), for the population
+    NC-ECE at level 1 − alpha.
 
     `nc_ece_debiased` is the debiased estimator of Kumar, Liang & Ma (2019), "Verified uncertainty calibration",
     NeurIPS, §5 (`debiased_abs_sum`): Σ_k [2|m̂_k| − E_{N(m̂_k, σ̂_k²)}|R|], σ̂_k² the bootstrap variance of m̂_k.
     When the channels are estimated from K ≥ 3 annotators (Dawid–Skene for the plug-in), m̂_k and σ̂_k² come from
     shared-channel score-group EM instead (Hanada and Futami 2026 §4.1, §F.1.2): one prevalence per score group
     (`debias_groups`, DEBIAS_GROUPS = 5 quantile groups on fine-bin edges), channels common to all groups, refitted
-    the same way on the same bootstrap draws as the interval's. Why: here the plug-in's error is mostly channel
-    error (a shift of (a_j, b_j) moves every bin's corrected label the same way), and the score as a covariate of
-    the prevalence makes the channels more precise. Simulated (s ~ Beta(2, 3), P(Y=1 | s) = s^0.8 + 0.03,
-    n = 3,000, the channels of Hanada and Futami 2026's setting, 200 runs): plug-in MAE with score-group channels
-    0.00059
-    (s.e. 0.00028) below Dawid–Skene's (G = 2: 0.00047), the debiasing costs +0.00017 (s.e. 0.00010), net
-    −0.00042 (s.e. 0.00030). Assumption: channels do not depend on the score (diagnosed by the score-invariance
-    check); K = 2 fits are score-group EM already and known channels are held fixed, both unchanged. Bias left
-    (`debiased_abs_sum`): +0.47·σ_k per calibrated bin, −0.07 to −0.09·σ_k for |m_k| ≈ 1–2σ_k, ≈ 0 beyond 3σ_k.
-    Score-group refits that are not identified are left out of σ̂_k² only (n_unidentified_* count the refits of
+    in every bootstrap replicate (these replicates give σ̂_k² and the interval's spread). Why: here the plug-in's
+    error is mostly channel error (a shift of (a_j, b_j) moves every bin's corrected label the same way), and the
+    score as a covariate of the prevalence makes the channels more precise. Simulated (s ~ Beta(2, 3), P(Y=1 | s) =
+    s^0.8 + 0.03, n = 3,000, the channels of Hanada and Futami 2026's setting, 200 runs): plug-in MAE with
+    score-group channels 0.00059 (s.e. 0.00028) below Dawid–Skene's (G = 2: 0.00047), the debiasing costs +0.00017
+    (s.e. 0.00010), net −0.00042 (s.e. 0.00030). Assumption: channels do not depend on the score (diagnosed by the
+    score-invariance check); K = 2 fits are score-group EM already and known channels are held fixed, both
+    unchanged. Bias left (`debiased_abs_sum`): +0.47·σ_k per calibrated bin, −0.07 to −0.09·σ_k for |m_k| ≈ 1–2σ_k,
+    ≈ 0 beyond 3σ_k.
+    Refits that are not identified are left out of σ̂_k² and the interval (n_unidentified_* count the refits of
     the interval and the test).
 
     The null distribution is a parametric
@@ -265,14 +265,12 @@ def calibration_test(
     boot_rng, null_rng = (np.random.default_rng(q) for q in np.random.SeedSequence(seed).spawn(2))
 
     b_counts, b_ssum = _bootstrap_draws(cells, n_boot, boot_rng)
-    b_val, b_mom, _, b_ok = rep.evaluate(b_counts, None, b_ssum)
-    if debias_fit is not fit:  # the same resampled items, refitted by score-group EM
-        debias_rep = _Replicates(cells, n_bins, weights, debias_fit, refit, min_gap)
-        _, b_mom, _, b_ok = debias_rep.evaluate(b_counts, None, b_ssum)
+    # the resampled items refitted as the debiased value's channels were (score-group EM where it was used)
+    boot_rep = rep if debias_fit is fit else _Replicates(cells, n_bins, weights, debias_fit, refit, min_gap)
+    _, b_mom, _, b_ok = boot_rep.evaluate(b_counts, None, b_ssum)
     n_val, n_mean_y, n_ok = _null_side(cells, fit, n_bins, weights, refit, min_gap, n_boot, null_rng)
 
-    debiased, bins = _bin_columns(point, debias_point, b_mom[b_ok], n_mean_y[n_ok], n_bins)
-    lo, hi = basic_interval(point.value, b_val[b_ok], 1 - alpha)
+    (debiased, lo, hi), bins = _bin_columns(point, debias_point, b_mom[b_ok], n_mean_y[n_ok], n_bins, 1 - alpha)
     null_ok = n_val[n_ok]
     return CalibrationTest(
         nc_ece=point.value,

@@ -10,11 +10,11 @@ from scipy import stats
 from noisycal_platform.calibration import dawid_skene, estimate_channels, nc_ece, score_group_em
 from noisycal_platform.calibration.channels._base import annotation_codes, pattern_counts
 from noisycal_platform.calibration.inference import (
-    basic_interval,
     batched_em,
     bootstrap_p_value,
     calibration_test,
     debiased_abs_sum,
+    debiased_normal_interval,
     folded_normal_mean,
 )
 from noisycal_platform.calibration.weights import aggregation_weights
@@ -150,12 +150,27 @@ def test_debiased_value_uses_score_group_channels():
     assert known.nc_ece_debiased == pytest.approx(float(debiased_abs_sum(own, se_known**2)), rel=1e-9)
 
 
-def test_basic_interval_and_p_value_definitions():
-    reps = np.arange(1, 1001) / 1000.0  # quantiles 0.025 → 0.025975, 0.975 → 0.975025 (linear)
-    lo, hi = basic_interval(0.5, reps, 0.95)
-    assert lo == pytest.approx(1.0 - np.quantile(reps, 0.975), rel=1e-9)
-    assert hi == pytest.approx(1.0 - np.quantile(reps, 0.025), rel=1e-9)
-    assert bootstrap_p_value(0.9905, reps) == pytest.approx((1 + 10) / 1001, rel=1e-9)
+def test_debiased_normal_interval_and_p_value_definitions():
+    """D(m̂) ± z·sd_b D(m*_b) with D(m) = max(Σ_k 2|m_k| − E|N(m_k, σ̂_k²)|, 0), σ̂_k² the replicates' variance;
+    E|N(μ, σ²)| from scipy's folded normal, not from the code under test."""
+    rng = np.random.default_rng(3)
+    m_hat = np.array([0.03, -0.001, 0.0, 0.012])
+    reps = m_hat + rng.normal(0.0, [0.004, 0.002, 0.001, 0.003], size=(400, 4))
+    var = reps.var(axis=0, ddof=1)
+
+    def d(m):
+        folded = [stats.foldnorm(abs(mk) / np.sqrt(v), scale=np.sqrt(v)).mean() for mk, v in zip(m, var, strict=True)]
+        return max(float(np.sum(2 * np.abs(m) - np.array(folded))), 0.0)
+
+    sd = np.std([d(r) for r in reps], ddof=1)
+    est, lo, hi, v_out = debiased_normal_interval(m_hat, reps, 0.95)
+    assert v_out == pytest.approx(var, rel=1e-9)
+    assert est == pytest.approx(d(m_hat), rel=1e-9)
+    assert lo == pytest.approx(d(m_hat) - 1.959963984540054 * sd, rel=1e-9)
+    assert hi == pytest.approx(d(m_hat) + 1.959963984540054 * sd, rel=1e-9)
+    assert np.isnan(debiased_normal_interval(m_hat, reps[:1])[1])  # one replicate: no spread, no interval
+    reps_p = np.arange(1, 1001) / 1000.0
+    assert bootstrap_p_value(0.9905, reps_p) == pytest.approx((1 + 10) / 1001, rel=1e-9)
     assert bootstrap_p_value(0.5, np.array([np.nan, 0.1, 0.7])) == pytest.approx(2 / 3, rel=1e-9)
 
 

@@ -207,29 +207,25 @@ def test_size_and_debiasing_for_a_calibrated_predictor():
 @pytest.mark.slow
 def test_coverage_and_power_for_a_miscalibrated_predictor():
     """400 runs, n = 3,000, p ∝ p_true^1.5, refits in every replicate: the test rejects in at least 95% of runs;
-    the interval's coverage of the population value is bounded below (the 92% asked for is not met)."""
+    the interval covers the population value in at least 92% of runs."""
     truth = _population("top_label")
     reject, _, _, coverage = _rates(_runs(400, 3000, 100, "top_label", True), truth)
     print({"truth": truth, "coverage": coverage, "reject": reject})
     assert reject >= 0.95
-    # Not met: coverage >= 0.92 (measured 0.895 over these 400 runs; 0.89 over 100 runs with known channels and
-    # n_boot = 200). Over those 100 runs the basic interval's half-width is 1.74 s.d. of the plug-in across data
-    # sets (not 1.96) and its bootstrap bias correction (+0.0016) exceeds the plug-in's bias (−0.0009 ± 0.0011),
-    # so misses lie above the interval. Bound the shortfall.
-    assert coverage >= 0.87
+    # The 92% first asked for (it was lowered to 0.87 while the basic interval covered 0.895; restored with the
+    # debiased normal interval, which covered 0.960 on tuning seeds: benchmarks/intervals.md).
+    assert coverage >= 0.92
 
 
 @pytest.mark.slow
 def test_coverage_with_known_channels():
     """400 runs, n = 3,000, p ∝ p_true^1.5, top-label, the true confusion matrices held fixed: no refits, and
-    the same coverage as with refits (bounded below; the 92% asked for is not met)."""
+    the interval covers the population value in at least 92% of runs."""
     truth = _population("top_label")
     runs = _runs(400, 3000, 100, "top_label", True, known=True)
     assert not any(c.channels_refit for c in runs)
     coverage = _rates(runs, truth)[3]
     print({"coverage_known": coverage, "truth": truth})
-    # Not met: coverage >= 0.92 (measured 0.895 over these runs, as with refits: see the test above).
-    assert coverage >= 0.87
-    # Not met for classwise (measured 0.88 over 400 runs, n_boot = 200): with C·B = 75 moments, many near zero,
-    # the basic interval's bootstrap bias correction overshoots (30 runs: plug-in bias +0.77 s.d., misses all
-    # above the interval); see the module doc of multiclass.inference.
+    # The 92% first asked for (restored: see the test above).
+    assert coverage >= 0.92
+    # Classwise coverage (≥ 93%) is asserted by the guarantee tier (tests/guarantees/test_multiclass.py).
