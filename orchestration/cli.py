@@ -175,7 +175,11 @@ def cmd_query(args) -> int:
 
         buf = io.BytesIO()
         frame.write_parquet(buf)  # exact values, for programs
-        atomic_write_bytes(args.parquet, buf.getvalue())
+        try:
+            atomic_write_bytes(args.parquet, buf.getvalue())
+        except OSError as exc:
+            print(f"noisycal query: cannot write {args.parquet}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if args.csv:
         from noisycal_platform.spreadsheet import safe_frame
 

@@ -84,3 +84,6 @@ def test_noisycal_query_csv_is_spreadsheet_safe_and_parquet_exact(layout, capsys
     back = pl.read_parquet(exact)  # for programs: the exact values
     assert back.columns == ["n", "=label", "score"] and back["=label"].to_list() == values
     assert back["score"].to_list() == [-1.5 * k for k in range(len(values))]
+    under_a_file = str(exact / "x.parquet")
+    assert cli.main(["--home", str(layout.home), "query", sql, "--parquet", under_a_file]) == 2
+    assert "cannot write" in capsys.readouterr().err
