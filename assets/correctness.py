@@ -126,7 +126,7 @@ def false_acceptance(criterion_decisions: pl.DataFrame, audit_labels: pl.DataFra
     description="The two annotators of the audit sample (exports/audit_sample.csv): Cohen's κ and raw agreement "
     "per group with bootstrap CIs; disagreements exported for the joint decision "
     "(exports/audit_disagreements.csv); agreements plus joint decisions written as correctness/audit/"
-    "consensus.csv (undecided items left out and counted).",
+    "consensus.csv (undecided items left out and counted); each CSV spreadsheet-safe with an exact .parquet twin.",
 )
 def audit_agreement(
     generations: pl.DataFrame, inbox: InboxResource, settings: SettingsResource

@@ -246,6 +246,7 @@ def _rejected_bytes(table: RawTable, rows: list[int]) -> bytes:
         buf = io.BytesIO()
         table.frame.with_row_index("_r", offset=1).filter(pl.col("_r").is_in(rows)).drop("_r").write_parquet(buf)
         return buf.getvalue()
+    # verbatim, not spreadsheet-safe: the person's own rows handed back to fix and resubmit (a quote would change them)
     out = io.StringIO(newline="")
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(table.header)

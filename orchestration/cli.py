@@ -168,9 +168,23 @@ def cmd_query(args) -> int:
     except duckdb.Error as exc:
         print(f"noisycal query: {exc}", file=sys.stderr)
         return 2
+    if args.parquet is not None:
+        import io
+
+        from noisycal_platform.files import atomic_write_bytes
+
+        buf = io.BytesIO()
+        frame.write_parquet(buf)  # exact values, for programs
+        try:
+            atomic_write_bytes(args.parquet, buf.getvalue())
+        except OSError as exc:
+            print(f"noisycal query: cannot write {args.parquet}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if args.csv:
-        sys.stdout.write(frame.write_csv())
-    else:
+        from noisycal_platform.spreadsheet import safe_frame
+
+        sys.stdout.write(safe_frame(frame).write_csv())  # a person opens it: spreadsheet-safe cells
+    elif args.parquet is None:
         with pl.Config(tbl_rows=args.limit, tbl_cols=-1, fmt_str_lengths=60):
             print(frame)
     print(f"({frame.height} row(s) from {snapshot_path(args.home)})", file=sys.stderr)
@@ -437,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_service)
     p = sub.add_parser("query", help="SQL on the read-only warehouse snapshot (never blocks the pipeline)")
     p.add_argument("sql")
-    p.add_argument("--csv", action="store_true", help="write CSV to stdout")
+    p.add_argument("--csv", action="store_true",
+                   help="write CSV to stdout, spreadsheet-safe (a cell starting with = + - @ tab CR gets a leading ')")
+    p.add_argument("--parquet", type=Path, metavar="FILE", help="write the exact values to FILE (for programs)")
     p.add_argument("--limit", type=int, default=50, help="rows to print (table output)")
     p.set_defaults(func=cmd_query)
     p = sub.add_parser("validate", help="check one input file against its contract")

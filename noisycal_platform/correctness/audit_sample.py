@@ -11,6 +11,7 @@ audit file.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ import polars as pl
 from noisycal_platform.correctness.criteria import exact_match
 from noisycal_platform.correctness.io import EM_STRATA, KEY_SCHEMA, CorrectnessInputError
 from noisycal_platform.paths import HomePath
-from noisycal_platform.spreadsheet import safe_csv_text, unsafe_cell
+from noisycal_platform.spreadsheet import exact_twin, safe_csv_text, unsafe_cell
 
 __all__ = [
     "AUDIT_SAMPLE_COLUMNS",
@@ -118,33 +119,46 @@ def sample_csv_text(sample: pl.DataFrame) -> str:
     return safe_csv_text(AUDIT_SAMPLE_COLUMNS, rows)
 
 
+def _sample_records(path: Path) -> list[dict]:
+    """The sample's rows as the CSV's cells (strings, the spreadsheet quotes undone): from the exact ``.parquet``
+    twin when it belongs to this CSV, else from the CSV itself (``spreadsheet.unsafe_cell``)."""
+    data = path.read_bytes()
+    twin = exact_twin(path, data)
+    if twin is not None and set(AUDIT_SAMPLE_COLUMNS) <= set(twin.columns):
+        as_written = {True: "true", False: "false", None: ""}  # as sample_csv_text writes them
+        return [
+            {k: as_written[v] if v is None or isinstance(v, bool) else str(v) for k, v in r.items()}
+            for r in twin.select(AUDIT_SAMPLE_COLUMNS).iter_rows(named=True)
+        ]
+    reader = csv.DictReader(io.StringIO(data.decode("utf-8"), newline=""))
+    missing = [c for c in AUDIT_SAMPLE_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise CorrectnessInputError(path, "header", missing[0], f"missing column (header {reader.fieldnames})")
+    return [{k: unsafe_cell(v) if isinstance(v, str) else v for k, v in r.items()} for r in reader]
+
+
 def read_audit_sample(path: str | Path) -> pl.DataFrame:
-    """Read exports/audit_sample.csv back (labels decoded from JSON); errors name file, row and column."""
+    """Read exports/audit_sample.csv back (labels decoded from JSON), exactly as drawn: from its ``.parquet``
+    twin when that belongs to the CSV on disk, else from the CSV; errors name file, row and column."""
     path = Path(path)
     rows = []
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in AUDIT_SAMPLE_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise CorrectnessInputError(path, "header", missing[0], f"missing column (header {reader.fieldnames})")
-        for n, r in enumerate(reader, start=1):
-            r = {k: unsafe_cell(v) if isinstance(v, str) else v for k, v in r.items()}
-            try:
-                cands, refs = json.loads(r["candidate_labels"]), json.loads(r["reference_labels"])
-            except json.JSONDecodeError as exc:
-                raise CorrectnessInputError(path, f"row {n}", "candidate_labels", f"not a JSON list: {exc}") from None
-            if not r["position"].isdigit():
-                raise CorrectnessInputError(path, f"row {n}", "position", f"not an integer: {r['position']!r}")
-            rows.append(
-                {
-                    **r,
-                    "position": int(r["position"]),
-                    "candidate_labels": cands,
-                    "reference_labels": refs,
-                    "multi_label": r["multi_label"] == "true",
-                    "answer": r["answer"] or None,
-                }
-            )
+    for n, r in enumerate(_sample_records(path), start=1):
+        try:
+            cands, refs = json.loads(r["candidate_labels"]), json.loads(r["reference_labels"])
+        except json.JSONDecodeError as exc:
+            raise CorrectnessInputError(path, f"row {n}", "candidate_labels", f"not a JSON list: {exc}") from None
+        if not r["position"].isdigit():
+            raise CorrectnessInputError(path, f"row {n}", "position", f"not an integer: {r['position']!r}")
+        rows.append(
+            {
+                **r,
+                "position": int(r["position"]),
+                "candidate_labels": cands,
+                "reference_labels": refs,
+                "multi_label": r["multi_label"] == "true",
+                "answer": r["answer"] or None,
+            }
+        )
     schema = {
         "position": pl.Int64,
         **KEY_SCHEMA,

@@ -19,7 +19,6 @@ decision.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -49,6 +48,7 @@ __all__ = [
     "AGREEMENT_SCHEMA",
     "ANNOTATION_SCHEMA",
     "AUDIT_SAMPLE_COLUMNS",
+    "CONSENSUS_COLUMNS",
     "AuditAgreement",
     "AuditPaths",
     "audit_agreement",
@@ -71,6 +71,8 @@ ANNOTATION_SCHEMA = {
     "error_category": pl.String,
     "source": pl.String,
 }
+#: The columns of correctness/audit/consensus.csv (and its .parquet twin), in order.
+CONSENSUS_COLUMNS = [*KEY, "human_correct", "error_category", "em_stratum", "decision"]
 AGREEMENT_SCHEMA = {
     "scope_kind": pl.String,  # all | group
     "scope": pl.String,
@@ -367,14 +369,13 @@ def audit_agreement(
 
 
 def consensus_csv_text(consensus: pl.DataFrame) -> str:
-    """The consensus in the correctness/audit/*.csv format read by io.read_audit_labels."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    cols = [*KEY, "human_correct", "error_category", "em_stratum", "decision"]
-    w.writerow(cols)
-    for r in consensus.select(cols).iter_rows():
-        w.writerow(["" if v is None else ("1" if v is True else "0" if v is False else v) for v in r])
-    return buf.getvalue()
+    """The consensus in the correctness/audit/*.csv format read by io.read_audit_labels (spreadsheet-safe:
+    ``spreadsheet.safe_cell``; booleans as 1/0)."""
+    rows = (
+        [("1" if v is True else "0" if v is False else v) for v in r]
+        for r in consensus.select(CONSENSUS_COLUMNS).iter_rows()
+    )
+    return safe_csv_text(CONSENSUS_COLUMNS, rows)
 
 
 def disagreements_csv_text(disagreements: pl.DataFrame) -> str:
@@ -389,9 +390,9 @@ def run_audit_agreement(
 ) -> AuditAgreement | None:
     """Read the sample, the web and CSV annotations and the joint decisions under `home`; compute
     ``audit_agreement``; write exports/audit_disagreements.csv and correctness/audit/consensus.csv (each
-    atomically, and only when its content changes). None when there is no audit sample yet."""
-    from noisycal_platform.files import atomic_write_text
-    from noisycal_platform.spreadsheet import write_person_csv
+    atomically, and only when its content changes), each spreadsheet-safe with its exact ``.parquet`` twin (the
+    twin is what the platform reads back). None when there is no audit sample yet."""
+    from noisycal_platform.spreadsheet import exact_twin, write_person_csv
 
     paths = AuditPaths(Path(home))
     if not paths.sample.is_file():
@@ -401,18 +402,16 @@ def run_audit_agreement(
     res = audit_agreement(
         sample, annotations, read_adjudications(paths.adjudications), generations, n_boot=n_boot, seed=seed
     )
-    for path, text in (
-        (paths.disagreements, disagreements_csv_text(res.disagreements)),
-        (paths.consensus, consensus_csv_text(res.consensus) if res.consensus.height else None),
+    for path, frame, text in (
+        (paths.disagreements, res.disagreements, disagreements_csv_text(res.disagreements)),
+        (paths.consensus, res.consensus.select(CONSENSUS_COLUMNS),
+         consensus_csv_text(res.consensus) if res.consensus.height else None),
     ):
         if text is None:
             continue
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text or exact_twin(path) is None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            if path == paths.disagreements:
-                write_person_csv(path, res.disagreements, text)  # a person opens it: the .parquet twin too
-            else:
-                atomic_write_text(path, text)
+            write_person_csv(path, frame, text)  # a person opens it: the exact .parquet twin too
     return res
 
 

@@ -17,7 +17,8 @@ import polars as pl
 from noisycal_platform.contracts import id_problem
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES
 from noisycal_platform.correctness.labels import parse_model_output
-from noisycal_platform.io import InputError, parse_table, read_bytes_safely
+from noisycal_platform.io import InputError, RawTable, parse_table, read_bytes_safely
+from noisycal_platform.spreadsheet import exact_twin, unsafe_cell
 
 __all__ = [
     "AUDIT_SCHEMA",
@@ -257,6 +258,26 @@ def _audit_row(r: dict, err) -> dict[str, Any]:
     }
 
 
+def _audit_table(f: Path, data: bytes) -> RawTable:
+    """One audit CSV as string columns, its spreadsheet quotes undone (``spreadsheet.unsafe_cell``). The
+    platform's own ``consensus.csv`` is read from its exact ``.parquet`` twin while the twin belongs to it
+    (booleans as ``consensus_csv_text`` writes them: 1/0)."""
+    twin = exact_twin(f, data)
+    if twin is not None:
+        shown = twin.select(
+            pl.col(c).cast(pl.Int8).cast(pl.String) if t == pl.Boolean else pl.col(c).cast(pl.String)
+            for c, t in twin.schema.items()
+        ).fill_null("")
+        return RawTable(f, shown, [], header=shown.columns, data=data)
+    table = parse_table(f, data, allow_no_rows=True)
+    undone = table.frame.with_columns(
+        pl.Series(c, [unsafe_cell(v) if isinstance(v, str) else v for v in table.frame[c].to_list()], dtype=pl.String)
+        for c, t in table.frame.schema.items()
+        if t == pl.String
+    )
+    return RawTable(f, undone, table.problems, header=table.header, rows=table.rows, data=data)
+
+
 def read_audit_labels(path: str | Path, rejected: list[dict] | None = None) -> pl.DataFrame:
     """Read one human-audit CSV (or every *.csv in a folder) into a frame with AUDIT_SCHEMA.
 
@@ -271,7 +292,7 @@ def read_audit_labels(path: str | Path, rejected: list[dict] | None = None) -> p
     for f in files:
         try:
             try:
-                table = parse_table(f, _file_bytes(f), allow_no_rows=True)
+                table = _audit_table(f, _file_bytes(f))
             except InputError as exc:
                 where = f"row {exc.row}" if exc.row is not None else "file"
                 raise CorrectnessInputError(f, where, exc.column or "<file>", exc.problem) from None

@@ -1,5 +1,7 @@
 """The read-only warehouse snapshot and ``noisycal query``: readers of the snapshot never block a writer."""
 
+import csv
+import io
 import os
 import subprocess
 import sys
@@ -60,3 +62,28 @@ def test_noisycal_query_prints_rows_and_reports_bad_sql(layout, capsys):
     assert pl.read_csv(out.out.encode())["x"].to_list() == [1, 2]
     assert cli.main(["--home", str(layout.home), "query", "select nope from raw.t"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_noisycal_query_csv_is_spreadsheet_safe_and_parquet_exact(layout, capsys, tmp_path):
+    values = ["=cmd|' /C calc'!A0", "-1.5", "@SUM(1)", "+1.png", "-x", "\ttab", "\rcr", "plain"]
+    with duckdb.connect(str(layout.warehouse)) as con:
+        con.execute("create schema if not exists raw")
+        con.execute('create table raw.h (n integer, "=label" varchar, score double)')
+        con.executemany("insert into raw.h values (?, ?, ?)", [(k, v, -1.5 * k) for k, v in enumerate(values)])
+    refresh_snapshot(layout.home)
+    exact = tmp_path / "exact.parquet"
+    sql = "select * from raw.h order by n"
+    assert cli.main(["--home", str(layout.home), "query", sql, "--csv", "--parquet", str(exact)]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out, newline="")))
+    assert rows[0] == ["n", "'=label", "score"]  # a hostile column name too
+    # by hand (OWASP): one leading quote where a spreadsheet would run the cell; numbers left alone
+    assert [r[1] for r in rows[1:]] == [
+        "'=cmd|' /C calc'!A0", "-1.5", "'@SUM(1)", "'+1.png", "'-x", "'\ttab", "'\rcr", "plain"
+    ]
+    assert [float(r[2]) for r in rows[1:]] == [-1.5 * k for k in range(len(values))] and rows[2][2] == "-1.5"
+    back = pl.read_parquet(exact)  # for programs: the exact values
+    assert back.columns == ["n", "=label", "score"] and back["=label"].to_list() == values
+    assert back["score"].to_list() == [-1.5 * k for k in range(len(values))]
+    under_a_file = str(exact / "x.parquet")
+    assert cli.main(["--home", str(layout.home), "query", sql, "--parquet", under_a_file]) == 2
+    assert "cannot write" in capsys.readouterr().err
