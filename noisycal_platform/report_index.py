@@ -88,7 +88,9 @@ def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFr
     """Per model version: NC-ECE with its interval and the verdict against ``limit`` (:func:`report_html.ci_verdict`:
     within when the whole 95% interval is at or below the limit, above when it is wholly above, else not
     enough evidence). Columns model_version, kind ("" for a binary version, "top-label" / "classwise" for the two
-    rows of a multi-class one), nc_ece, ci_low, ci_high, verdict. Subgroup rows are left to the version's page."""
+    rows of a multi-class one), nc_ece, ci_low, ci_high, verdict. nc_ece is the estimate the interval is centred
+    on: value_debiased where the report has it, else the plug-in value. Subgroup rows are left to the version's
+    page."""
     schema = {"model_version": pl.String, "kind": pl.String, "nc_ece": pl.Float64, "ci_low": pl.Float64,
               "ci_high": pl.Float64, "verdict": pl.String}
     need = {"model_version", "estimator", "value", "ci_low", "ci_high"}
@@ -102,7 +104,8 @@ def calibration_verdicts(nc_ece_report: pl.DataFrame, limit: float) -> pl.DataFr
         pl.when(kind == "binary").then(pl.lit("")).otherwise(kind.str.replace("_", "-")).alias("_kind")
     ).sort("model_version", "_kind", descending=[False, True])
     rows = [
-        {"model_version": r["model_version"], "kind": r["_kind"], "nc_ece": r["value"], "ci_low": r["ci_low"],
+        {"model_version": r["model_version"], "kind": r["_kind"],
+         "nc_ece": r["value"] if r.get("value_debiased") is None else r["value_debiased"], "ci_low": r["ci_low"],
          "ci_high": r["ci_high"],
          "verdict": rh.ci_verdict(r["value"], r["ci_low"], r["ci_high"], limit)}
         for r in nc.iter_rows(named=True)

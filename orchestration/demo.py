@@ -80,11 +80,12 @@ def _missing_materializations(home: Path) -> list[str]:
 def _headlines(layout: HomeLayout) -> list[str]:
     lines = []
     with duckdb.connect(str(layout.warehouse), read_only=True) as con:
-        for version, kind, value, lo, hi in con.execute(
-            "SELECT model_version, kind, value, ci_low, ci_high FROM calibration.nc_ece_report "
+        for version, kind, value, debiased, lo, hi in con.execute(
+            "SELECT model_version, kind, value, value_debiased, ci_low, ci_high FROM calibration.nc_ece_report "
             "WHERE estimator = 'nc_ece' ORDER BY model_version, kind DESC"
         ).fetchall():
-            ci = f"95% CI {lo:.4f}–{hi:.4f}" if lo is not None else "no interval"
+            ci = (f"debiased {debiased:.4f}, 95% CI {lo:.4f}–{hi:.4f}" if lo is not None and debiased is not None
+                  else "no interval")
             lines.append(f"NC-ECE {version}{'' if kind == 'binary' else ' ' + kind}: {value:.4f} ({ci})")
         for version, kind, col, val, value, p_holm, flagged in con.execute(
             "SELECT model_version, kind, subgroup_column, subgroup_value, value, p_value_holm, flagged "

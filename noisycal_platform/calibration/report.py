@@ -305,10 +305,10 @@ def calibration_summary_markdown(
     lines = [f"**Model {model_version}**" if model_version else "**Calibration**"]
     kind_of = (lambda r: "" if r.get("kind") in (None, "binary") else f" {r['kind']}")  # noqa: E731
     for r in nc_ece_report.filter(pl.col("estimator") == "nc_ece").iter_rows(named=True):
-        lines.append(f"- NC-ECE{kind_of(r)}: {_fmt(r['value'])} (CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, "
-                     f"n={r['n_items']})")
+        lines.append(f"- NC-ECE{kind_of(r)}: {_fmt(r['value'])} (debiased {_fmt(r['value_debiased'])}, "
+                     f"CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})")
         if r.get("p_value") is not None:
-            lines.append(f"- debiased {_fmt(r['value_debiased'])}; calibration test p = {_fmt(r['p_value'])}")
+            lines.append(f"- calibration test p = {_fmt(r['p_value'])}")
     for r in nc_ece_report.filter(pl.col("estimator").str.starts_with("naive_")).iter_rows(named=True):
         who = r["annotator_id"] or r["estimator"].removeprefix("naive_")
         lines.append(f"- naive ECE{kind_of(r)} ({who}): {_fmt(r['value'])}")

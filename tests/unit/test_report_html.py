@@ -158,6 +158,20 @@ def test_calibration_verdicts_against_the_limit():
     assert lines[0] == "model a: within the limit 0.1 (NC-ECE 0.030 (95% CI 0.020–0.040))"
 
 
+def test_the_verdict_quotes_the_estimate_its_interval_is_centred_on():
+    """The interval is centred at the debiased NC-ECE (inference.debiased_normal_interval), so the sentence quotes
+    value_debiased, not the plug-in value that may lie above the interval."""
+    from noisycal_platform import report_index as ri
+
+    rep = pl.DataFrame({"model_version": ["v2"], "estimator": ["nc_ece"], "value": [0.0504],
+                        "value_debiased": [0.0243], "ci_low": [0.0018], "ci_high": [0.0472]})
+    v = ri.calibration_verdicts(rep, limit=0.1)
+    assert v["nc_ece"].to_list() == [0.0243]
+    # three decimals: two significant digits of the interval's width 0.045 (GUM §7.2.6)
+    expected = "model v2: within the limit 0.1 (NC-ECE 0.024 (95% CI 0.002–0.047))"
+    assert ri.calibration_verdict_lines(v, 0.1)[0] == expected
+
+
 def test_multiclass_version_gets_one_verdict_per_kind_and_subgroups_stay_off_the_overview():
     from noisycal_platform import report_index as ri
 
