@@ -29,7 +29,6 @@ import polars as pl
 
 from .class_tables import UnknownLabelError
 from .recalibration_tables import recalibrator_exports
-from .report import calibration_summary_markdown
 from .tables import annotation_matrix, channels_from_table
 from .versions import ASSUMPTION_COLUMNS, version
 
@@ -142,9 +141,11 @@ def calibration_report(
 ) -> tuple[str, str]:
     """One version's calibration report: (HTML, markdown summary) — `report.render_calibration_report` for a
     binary version, `report.render_multiclass_report` for a multi-class one (`versions.*.report`); both end with
-    the subgroups."""
-    summary = calibration_summary_markdown(channel_estimates, nc_ece_report, recalibration_report, model_version)
-    text = version(annotations, predictions).report(
+    the subgroups. The summary is `report.calibration_summary_markdown` in the version's layout
+    (`versions.*.summary`)."""
+    v = version(annotations, predictions)
+    summary = v.summary(channel_estimates, nc_ece_report, recalibration_report, model_version)
+    text = v.report(
         channel_estimates, nc_ece_report, recalibrators, recalibration_report, references,
         model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit,
         min_items_per_subgroup=min_items_per_subgroup,

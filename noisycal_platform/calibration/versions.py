@@ -7,6 +7,7 @@ probabilities, class labels, C×C confusion matrices). Both have the same method
 - ``recalibrate`` → fitted recalibrators (calibration/recalibrators),
 - ``recalibration_report`` → the recalibrators on held-out items (calibration/recalibration_report),
 - ``report`` → the HTML report (reports/calibration),
+- ``summary`` → its markdown summary (the asset's metadata),
 
 so the assets and the report code never ask which label space a version has. The annotation matrix is built
 and validated once, in `version`, and carried by the object; a step parses its channel table once
@@ -152,6 +153,17 @@ class BinaryVersion:
         return recalibration_report_table(self.matrix, recalibrators, self.channels(channel_table),
                                           references=_references(references), n_bins=n_bins)
 
+    def summary(
+        self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame,
+        recalibration_report: pl.DataFrame | None = None, model_version: str = "",
+    ) -> str:
+        """`report.calibration_summary_markdown` with the binary channel table (`report.BINARY_SUMMARY`)."""
+        from .report import BINARY_SUMMARY, calibration_summary_markdown
+
+        return calibration_summary_markdown(
+            channel_table, nc_ece_report, recalibration_report, model_version, layout=BINARY_SUMMARY
+        )
+
     def report(
         self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame, recalibrators: pl.DataFrame,
         recalibration_report: pl.DataFrame, references: pl.DataFrame | None = None, *, model_version: str = "",
@@ -230,6 +242,18 @@ class MulticlassVersion:
         """`class_tables.class_recalibration_report_table` (the channels stored with the recalibrators; reference
         labels are binary by contract and not used)."""
         return class_recalibration_report_table(self.matrix, recalibrators, n_bins)
+
+    def summary(
+        self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame,
+        recalibration_report: pl.DataFrame | None = None, model_version: str = "",
+    ) -> str:
+        """`report.calibration_summary_markdown` with the confusion-matrix gaps and the NC-ECE kinds
+        (`report.MULTICLASS_SUMMARY`)."""
+        from .report import MULTICLASS_SUMMARY, calibration_summary_markdown
+
+        return calibration_summary_markdown(
+            channel_table, nc_ece_report, recalibration_report, model_version, layout=MULTICLASS_SUMMARY
+        )
 
     def report(
         self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame, recalibrators: pl.DataFrame,
