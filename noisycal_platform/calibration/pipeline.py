@@ -81,11 +81,11 @@ def nc_ece_report(
     n_bootstrap_subgroups: int | None = None,
 ) -> pl.DataFrame:
     """NC-ECE (plug-in and debiased), its interval, the calibration test and the naive ECEs
-    (`tables.nc_ece_report_table` → `inference.calibration_test`, Hanada and Futami 2026 §3, §C); for a multi-class
-    version
-    top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
-    of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups), with
-    ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
+    (`inference.calibration_test` and the `tables.nc_ece_report_table` around it, Hanada and Futami 2026 §3,
+    §C); for a multi-class version top-label and classwise rows (`class_tables.class_nc_ece_rows`, column
+    ``kind``). Then one row per subgroup of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup",
+    Holm-adjusted across the subgroups), with ``n_bootstrap_subgroups`` replicates per test (None:
+    ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
     return version(annotations, predictions).nc_ece_table(
         channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
         min_items_per_subgroup=min_items_per_subgroup, n_bootstrap_subgroups=n_bootstrap_subgroups,

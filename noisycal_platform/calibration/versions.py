@@ -36,7 +36,7 @@ from .class_tables import (
     scored_annotations,
 )
 from .diagnostics import assumption_checks
-from .inference import CalibrationTest
+from .inference import CalibrationTest, calibration_test
 from .recalibration_tables import recalibration_report_table, recalibrators_table
 from .subgroups import binary_subgroup_rows, class_subgroup_rows
 from .tables import (
@@ -45,9 +45,11 @@ from .tables import (
     AnnotationMatrix,
     ChannelTable,
     annotation_matrix,
+    calibration_test_arguments,
     channel_estimates_table,
     channels_from_table,
     nc_ece_calibration_test,
+    nc_ece_report_settings,
     nc_ece_report_table,
 )
 
@@ -128,11 +130,14 @@ class BinaryVersion:
         self, channel_table: pl.DataFrame, *, n_bins: int = 15, n_bootstrap: int = 500, seed: int = 0,
         min_items_per_subgroup: int = 200, n_bootstrap_subgroups: int | None = None,
     ) -> pl.DataFrame:
-        """`tables.nc_ece_report_table` (the headline row from one `calibration_test`), then the subgroup rows
-        (`subgroups.binary_subgroup_rows`) with ``n_bootstrap_subgroups`` replicates (None: ``n_bootstrap``)."""
+        """The headline `inference.calibration_test` (Hanada and Futami 2026 §3, §C; one computation), the
+        `tables.nc_ece_report_table` built around it, then the subgroup rows (`subgroups.binary_subgroup_rows`) with
+        ``n_bootstrap_subgroups`` replicates (None: ``n_bootstrap``)."""
         ct = self.channels(channel_table)
         n_sub = n_bootstrap if n_bootstrap_subgroups is None else n_bootstrap_subgroups
-        table = nc_ece_report_table(self.matrix, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
+        settings = nc_ece_report_settings(self.matrix, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
+        test = calibration_test(**calibration_test_arguments(self.matrix, ct, settings)) if n_bootstrap else None
+        table = nc_ece_report_table(self.matrix, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed, test=test)
         chans, w = ct.for_matrix(self.matrix)
         rows = binary_subgroup_rows(self.matrix, self.predictions, chans, w, n_bins=n_bins, n_bootstrap=n_sub,
                                     seed=seed, min_items=min_items_per_subgroup)
