@@ -38,6 +38,13 @@ from .class_tables import (
 from .diagnostics import assumption_checks
 from .inference import CalibrationTest, calibration_test
 from .recalibration_tables import recalibration_report_table, recalibrators_table
+from .report import (
+    BINARY_SUMMARY,
+    MULTICLASS_SUMMARY,
+    calibration_summary_markdown,
+    render_calibration_report,
+    render_multiclass_report,
+)
 from .subgroups import binary_subgroup_rows, class_subgroup_rows
 from .tables import (
     CHANNEL_TABLE_SCHEMA,
@@ -163,8 +170,6 @@ class BinaryVersion:
         recalibration_report: pl.DataFrame | None = None, model_version: str = "",
     ) -> str:
         """`report.calibration_summary_markdown` with the binary channel table (`report.BINARY_SUMMARY`)."""
-        from .report import BINARY_SUMMARY, calibration_summary_markdown
-
         return calibration_summary_markdown(
             channel_table, nc_ece_report, recalibration_report, model_version, layout=BINARY_SUMMARY
         )
@@ -175,8 +180,6 @@ class BinaryVersion:
         n_bins: int = 15, nc_ece_limit: float | None = None, min_items_per_subgroup: int | None = None,
     ) -> str:
         """`report.render_calibration_report`."""
-        from .report import render_calibration_report
-
         return render_calibration_report(
             self.matrix, channel_table, nc_ece_report, recalibrators, recalibration_report,
             _references(references), model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit,
@@ -254,8 +257,6 @@ class MulticlassVersion:
     ) -> str:
         """`report.calibration_summary_markdown` with the confusion-matrix gaps and the NC-ECE kinds
         (`report.MULTICLASS_SUMMARY`)."""
-        from .report import MULTICLASS_SUMMARY, calibration_summary_markdown
-
         return calibration_summary_markdown(
             channel_table, nc_ece_report, recalibration_report, model_version, layout=MULTICLASS_SUMMARY
         )
@@ -266,8 +267,6 @@ class MulticlassVersion:
         n_bins: int = 15, nc_ece_limit: float | None = None, min_items_per_subgroup: int | None = None,
     ) -> str:
         """`report.render_multiclass_report`."""
-        from .report import render_multiclass_report
-
         return render_multiclass_report(
             self.matrix, self.channels(channel_table), channel_table, nc_ece_report, self.predictions,
             recalibration_report, model_version, n_bins, nc_ece_limit, min_items_per_subgroup,
