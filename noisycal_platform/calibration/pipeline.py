@@ -29,7 +29,6 @@ import polars as pl
 
 from .class_tables import UnknownLabelError
 from .recalibration_tables import recalibrator_exports
-from .report import calibration_summary_markdown
 from .tables import annotation_matrix, channels_from_table
 from .versions import ASSUMPTION_COLUMNS, version
 
@@ -82,11 +81,11 @@ def nc_ece_report(
     n_bootstrap_subgroups: int | None = None,
 ) -> pl.DataFrame:
     """NC-ECE (plug-in and debiased), its interval, the calibration test and the naive ECEs
-    (`tables.nc_ece_report_table` → `inference.calibration_test`, Hanada and Futami 2026 §3, §C); for a multi-class
-    version
-    top-label and classwise rows (`class_tables.class_nc_ece_rows`, column ``kind``). Then one row per subgroup
-    of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup", Holm-adjusted across the subgroups), with
-    ``n_bootstrap_subgroups`` replicates per test (None: ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
+    (`inference.calibration_test` and the `tables.nc_ece_report_table` around it, Hanada and Futami 2026 §3,
+    §C); for a multi-class version top-label and classwise rows (`class_tables.class_nc_ece_rows`, column
+    ``kind``). Then one row per subgroup of items.csv and kind (`subgroups`: estimator "nc_ece_subgroup",
+    Holm-adjusted across the subgroups), with ``n_bootstrap_subgroups`` replicates per test (None:
+    ``n_bootstrap``). (`versions.*.nc_ece_table`.)"""
     return version(annotations, predictions).nc_ece_table(
         channel_estimates, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed,
         min_items_per_subgroup=min_items_per_subgroup, n_bootstrap_subgroups=n_bootstrap_subgroups,
@@ -142,9 +141,11 @@ def calibration_report(
 ) -> tuple[str, str]:
     """One version's calibration report: (HTML, markdown summary) — `report.render_calibration_report` for a
     binary version, `report.render_multiclass_report` for a multi-class one (`versions.*.report`); both end with
-    the subgroups."""
-    summary = calibration_summary_markdown(channel_estimates, nc_ece_report, recalibration_report, model_version)
-    text = version(annotations, predictions).report(
+    the subgroups. The summary is `report.calibration_summary_markdown` in the version's layout
+    (`versions.*.summary`)."""
+    v = version(annotations, predictions)
+    summary = v.summary(channel_estimates, nc_ece_report, recalibration_report, model_version)
+    text = v.report(
         channel_estimates, nc_ece_report, recalibrators, recalibration_report, references,
         model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit,
         min_items_per_subgroup=min_items_per_subgroup,

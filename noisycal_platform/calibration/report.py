@@ -7,6 +7,8 @@ Pure functions of the pipeline frames (see `pipeline`); matplotlib is imported l
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,14 +17,20 @@ import polars as pl
 from noisycal_platform import report_html
 
 from .inference import CalibrationTest
+from .multiclass import corrected_onehot, naive_onehot
 from .nc_ece import bin_index
 from .recalibration import naive_targets
 from .recalibration_tables import holdout_mask, recalibrators_from_table
 from .tables import AnnotationMatrix, _as_channel_table, nc_ece_calibration_test
 
 __all__ = [
+    "BINARY_SUMMARY",
+    "MULTICLASS_SUMMARY",
+    "SummaryLayout",
+    "binary_channel_lines",
     "calibration_summary_markdown",
     "calibration_verdict",
+    "confusion_channel_lines",
     "recommended_recalibrator",
     "render_calibration_report",
     "render_multiclass_report",
@@ -295,15 +303,49 @@ def _test_sentence(nc_row: dict[str, Any]) -> str:
     )
 
 
+def binary_channel_lines(channel_table: pl.DataFrame) -> list[str]:
+    """Markdown table of binary channels: fpr, fnr, gap and weight per annotator."""
+    lines = ["| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
+    for r in channel_table.iter_rows(named=True):
+        lines.append(
+            f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |"
+        )
+    return lines
+
+
+def confusion_channel_lines(channel_table: pl.DataFrame) -> list[str]:
+    """Markdown table of confusion matrices (the long channel table): one gap per annotator."""
+    lines = ["| annotator | gap (smallest singular value) |", "|---|---|"]
+    for r in channel_table.unique("annotator_id", maintain_order=True).iter_rows(named=True):
+        lines.append(f"| {r['annotator_id']} | {r['gap']:.4f} |")
+    return lines
+
+
+@dataclass(frozen=True)
+class SummaryLayout:
+    """How a label space's markdown summary differs: its channel table (``channel_lines``) and whether each NC-ECE
+    line names its kind (top-label / classwise). Chosen by the version object (`versions.*.summary`)."""
+
+    channel_lines: Callable[[pl.DataFrame], list[str]]
+    names_kind: bool
+
+
+BINARY_SUMMARY = SummaryLayout(binary_channel_lines, names_kind=False)
+MULTICLASS_SUMMARY = SummaryLayout(confusion_channel_lines, names_kind=True)
+
+
 def calibration_summary_markdown(
     channel_table: pl.DataFrame,
     nc_ece_report: pl.DataFrame,
     recalibration_report: pl.DataFrame | None = None,
     model_version: str = "",
+    *,
+    layout: SummaryLayout = BINARY_SUMMARY,
 ) -> str:
-    """Short markdown for Dagster metadata: NC-ECE with CI, naive ECEs, channels, best recalibrator."""
+    """Short markdown for Dagster metadata: NC-ECE with CI, naive ECEs, channels, best recalibrator. ``layout``:
+    the label space's channel table and kind names (`BINARY_SUMMARY`, `MULTICLASS_SUMMARY`)."""
     lines = [f"**Model {model_version}**" if model_version else "**Calibration**"]
-    kind_of = (lambda r: "" if r.get("kind") in (None, "binary") else f" {r['kind']}")  # noqa: E731
+    kind_of = (lambda r: f" {r['kind']}") if layout.names_kind else (lambda r: "")
     for r in nc_ece_report.filter(pl.col("estimator") == "nc_ece").iter_rows(named=True):
         lines.append(f"- NC-ECE{kind_of(r)}: {_fmt(r['value'])} (debiased {_fmt(r['value_debiased'])}, "
                      f"CI {_fmt(r['ci_low'])}–{_fmt(r['ci_high'])}, n={r['n_items']})")
@@ -316,16 +358,7 @@ def calibration_summary_markdown(
                                   else pl.lit(False)).iter_rows(named=True):
         lines.append(f"- FLAGGED subgroup{kind_of(r)}: {r['subgroup_column']} = {r['subgroup_value']} "
                      f"(NC-ECE {_fmt(r['value'])}, Holm p = {_fmt(r['p_value_holm'])})")
-    if channel_table["fpr"].null_count() == channel_table.height:  # confusion matrices: one gap per annotator
-        lines += ["", "| annotator | gap (smallest singular value) |", "|---|---|"]
-        for r in channel_table.unique("annotator_id", maintain_order=True).iter_rows(named=True):
-            lines.append(f"| {r['annotator_id']} | {r['gap']:.4f} |")
-    else:
-        lines += ["", "| annotator | fpr | fnr | gap | weight |", "|---|---|---|---|---|"]
-        for r in channel_table.iter_rows(named=True):
-            lines.append(
-                f"| {r['annotator_id']} | {r['fpr']:.4f} | {r['fnr']:.4f} | {r['gap']:.4f} | {r['weight']:.3f} |"
-            )
+    lines += ["", *layout.channel_lines(channel_table)]
     if recalibration_report is not None and recalibration_report.height:
         col = "ece" if recalibration_report["ece"].null_count() < recalibration_report.height else "nc_ece"
         best = recalibration_report.sort(col, nulls_last=True).row(0, named=True)
@@ -416,8 +449,6 @@ def render_multiclass_report(
     """Self-contained HTML for a multi-class version: the verdict for top-label and classwise NC-ECE (each with
     its interval and test), the confusion matrices, NC-ECE beside the naive ECEs, the top-label reliability
     diagram (confidence max_c p_c against the corrected indicator of the predicted class) and the subgroups."""
-    from .multiclass import corrected_onehot, naive_onehot
-
     ct = ct.for_matrix(cm)
     y = corrected_onehot(cm.values, ct.confusion, weights=ct.weights)
     soft = naive_onehot(cm.values, len(cm.classes), "soft_vote")

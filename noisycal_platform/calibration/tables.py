@@ -25,11 +25,13 @@ __all__ = [
     "AnnotationMatrix",
     "ChannelTable",
     "annotation_matrix",
+    "calibration_test_arguments",
     "calibration_test_columns",
     "channel_estimates_table",
     "channels_from_table",
     "nc_ece_bins_table",
     "nc_ece_calibration_test",
+    "nc_ece_report_settings",
     "nc_ece_report_table",
 ]
 
@@ -325,10 +327,10 @@ def _min_bin_count(b: np.ndarray, inc: np.ndarray, n_bins: int) -> int:
     return int(cnt[cnt > 0].min()) if inc.any() else 0
 
 
-def nc_ece_calibration_test(matrix: AnnotationMatrix, channel_table: Any, row: Mapping[str, Any]) -> CalibrationTest:
-    """`calibration_test` of an "nc_ece" report row: with the row's n_bins, n_bootstrap, ci_level and seed, the
-    stored channel fit as point estimate (re-estimated in every replicate unless the table holds known channels)
-    and the stored weight rule (else its weights)."""
+def calibration_test_arguments(matrix: AnnotationMatrix, channel_table: Any, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The `calibration_test` arguments of an "nc_ece" report row: the row's n_bins, n_bootstrap, ci_level and
+    seed, the stored channel fit as point estimate (re-estimated in every replicate unless the table holds known
+    channels) and the stored weight rule (else its weights)."""
     n_bins, n_bootstrap, ci_level, seed = (row[k] for k in ("n_bins", "n_bootstrap", "ci_level", "seed"))
     ct = _as_channel_table(channel_table)
     chans, w = ct.for_matrix(matrix)
@@ -337,8 +339,13 @@ def nc_ece_calibration_test(matrix: AnnotationMatrix, channel_table: Any, row: M
     if ct.method == "known":
         if weights == "iv":  # the table's weights used the stored prevalence: keep them exactly
             kw["weights"] = w
-        return calibration_test(matrix.scores, matrix.values, chans, **kw)
-    return calibration_test(matrix.scores, matrix.values, fitted=ct.as_fit(matrix), **kw)
+        return {"scores": matrix.scores, "annotations": matrix.values, "channels": chans, **kw}
+    return {"scores": matrix.scores, "annotations": matrix.values, "fitted": ct.as_fit(matrix), **kw}
+
+
+def nc_ece_calibration_test(matrix: AnnotationMatrix, channel_table: Any, row: Mapping[str, Any]) -> CalibrationTest:
+    """`calibration_test` of an "nc_ece" report row (arguments: `calibration_test_arguments`)."""
+    return calibration_test(**calibration_test_arguments(matrix, channel_table, row))
 
 
 def calibration_test_columns(test: CalibrationTest) -> dict[str, Any]:
@@ -355,6 +362,23 @@ def calibration_test_columns(test: CalibrationTest) -> dict[str, Any]:
     }
 
 
+def nc_ece_report_settings(
+    matrix: AnnotationMatrix, n_bins: int = 15, n_bootstrap: int = 500, ci_level: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """The settings every binary report row repeats (n_bins, n_bootstrap, ci_level, seed, kind, n_classes),
+    checked: the matrix has scores, ``ci_level`` in (0, 1), ``n_bootstrap`` >= 0, ``n_bins`` and the scores
+    valid (`bin_index`)."""
+    if matrix.scores is None:
+        raise ValueError("matrix has no scores; build it with predictions")
+    if not 0 < ci_level < 1:
+        raise ValueError(f"ci_level must be in (0, 1), got {ci_level!r}")
+    if n_bootstrap < 0:
+        raise ValueError(f"n_bootstrap must be >= 0, got {n_bootstrap!r}")
+    bin_index(matrix.scores, n_bins)
+    return {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed, "kind": "binary",
+            "n_classes": 2}
+
+
 def nc_ece_report_table(
     matrix: AnnotationMatrix,
     channel_table: Any,
@@ -362,6 +386,8 @@ def nc_ece_report_table(
     n_bootstrap: int = 500,
     ci_level: float = 0.95,
     seed: int = 0,
+    *,
+    test: CalibrationTest | None = None,
 ) -> pl.DataFrame:
     """NC-ECE with its calibration test beside naive ECEs (majority vote, soft vote, each single annotator).
 
@@ -371,22 +397,18 @@ def nc_ece_report_table(
     `nc_ece`, value_debiased, the interval ci_low/ci_high around value_debiased, p_value of H0 "calibrated", null_q95,
     channels_refit and n_unidentified (replicates whose refit was not identified). Naive rows: `binned_ece` of
     the noisy target with a percentile bootstrap over items, channels not involved; majority-vote ties count
-    0.5. ``n_bootstrap`` = 0 stores the plug-in values only.
+    0.5. ``n_bootstrap`` = 0 stores the plug-in values only. ``test``: the headline test when the caller has run
+    it with these settings (`calibration_test_arguments`, as `versions.BinaryVersion.nc_ece_table` does); None:
+    run here.
     """
-    if matrix.scores is None:
-        raise ValueError("matrix has no scores; build it with predictions")
-    if not 0 < ci_level < 1:
-        raise ValueError(f"ci_level must be in (0, 1), got {ci_level!r}")
-    if n_bootstrap < 0:
-        raise ValueError(f"n_bootstrap must be >= 0, got {n_bootstrap!r}")
+    common = nc_ece_report_settings(matrix, n_bins, n_bootstrap, ci_level, seed)
     s = matrix.scores
     n = s.size
     b = bin_index(s, n_bins)
-    common = {"n_bins": n_bins, "n_bootstrap": n_bootstrap, "ci_level": ci_level, "seed": seed, "kind": "binary",
-              "n_classes": 2}
     ct = _as_channel_table(channel_table)
     if n_bootstrap:  # the headline is the test's plug-in NC-ECE: one computation
-        test = nc_ece_calibration_test(matrix, ct, common)
+        if test is None:
+            test = calibration_test(**calibration_test_arguments(matrix, ct, common))
         value, n_items, bin_n, test_cols = test.nc_ece, test.n_items, test.bins["n"], calibration_test_columns(test)
     else:
         chans, w = ct.for_matrix(matrix)

@@ -7,6 +7,7 @@ probabilities, class labels, C×C confusion matrices). Both have the same method
 - ``recalibrate`` → fitted recalibrators (calibration/recalibrators),
 - ``recalibration_report`` → the recalibrators on held-out items (calibration/recalibration_report),
 - ``report`` → the HTML report (reports/calibration),
+- ``summary`` → its markdown summary (the asset's metadata),
 
 so the assets and the report code never ask which label space a version has. The annotation matrix is built
 and validated once, in `version`, and carried by the object; a step parses its channel table once
@@ -35,8 +36,15 @@ from .class_tables import (
     scored_annotations,
 )
 from .diagnostics import assumption_checks
-from .inference import CalibrationTest
+from .inference import CalibrationTest, calibration_test
 from .recalibration_tables import recalibration_report_table, recalibrators_table
+from .report import (
+    BINARY_SUMMARY,
+    MULTICLASS_SUMMARY,
+    calibration_summary_markdown,
+    render_calibration_report,
+    render_multiclass_report,
+)
 from .subgroups import binary_subgroup_rows, class_subgroup_rows
 from .tables import (
     CHANNEL_TABLE_SCHEMA,
@@ -44,9 +52,11 @@ from .tables import (
     AnnotationMatrix,
     ChannelTable,
     annotation_matrix,
+    calibration_test_arguments,
     channel_estimates_table,
     channels_from_table,
     nc_ece_calibration_test,
+    nc_ece_report_settings,
     nc_ece_report_table,
 )
 
@@ -127,11 +137,14 @@ class BinaryVersion:
         self, channel_table: pl.DataFrame, *, n_bins: int = 15, n_bootstrap: int = 500, seed: int = 0,
         min_items_per_subgroup: int = 200, n_bootstrap_subgroups: int | None = None,
     ) -> pl.DataFrame:
-        """`tables.nc_ece_report_table` (the headline row from one `calibration_test`), then the subgroup rows
-        (`subgroups.binary_subgroup_rows`) with ``n_bootstrap_subgroups`` replicates (None: ``n_bootstrap``)."""
+        """The headline `inference.calibration_test` (Hanada and Futami 2026 §3, §C; one computation), the
+        `tables.nc_ece_report_table` built around it, then the subgroup rows (`subgroups.binary_subgroup_rows`) with
+        ``n_bootstrap_subgroups`` replicates (None: ``n_bootstrap``)."""
         ct = self.channels(channel_table)
         n_sub = n_bootstrap if n_bootstrap_subgroups is None else n_bootstrap_subgroups
-        table = nc_ece_report_table(self.matrix, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
+        settings = nc_ece_report_settings(self.matrix, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed)
+        test = calibration_test(**calibration_test_arguments(self.matrix, ct, settings)) if n_bootstrap else None
+        table = nc_ece_report_table(self.matrix, ct, n_bins=n_bins, n_bootstrap=n_bootstrap, seed=seed, test=test)
         chans, w = ct.for_matrix(self.matrix)
         rows = binary_subgroup_rows(self.matrix, self.predictions, chans, w, n_bins=n_bins, n_bootstrap=n_sub,
                                     seed=seed, min_items=min_items_per_subgroup)
@@ -152,14 +165,21 @@ class BinaryVersion:
         return recalibration_report_table(self.matrix, recalibrators, self.channels(channel_table),
                                           references=_references(references), n_bins=n_bins)
 
+    def summary(
+        self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame,
+        recalibration_report: pl.DataFrame | None = None, model_version: str = "",
+    ) -> str:
+        """`report.calibration_summary_markdown` with the binary channel table (`report.BINARY_SUMMARY`)."""
+        return calibration_summary_markdown(
+            channel_table, nc_ece_report, recalibration_report, model_version, layout=BINARY_SUMMARY
+        )
+
     def report(
         self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame, recalibrators: pl.DataFrame,
         recalibration_report: pl.DataFrame, references: pl.DataFrame | None = None, *, model_version: str = "",
         n_bins: int = 15, nc_ece_limit: float | None = None, min_items_per_subgroup: int | None = None,
     ) -> str:
         """`report.render_calibration_report`."""
-        from .report import render_calibration_report
-
         return render_calibration_report(
             self.matrix, channel_table, nc_ece_report, recalibrators, recalibration_report,
             _references(references), model_version=model_version, n_bins=n_bins, nc_ece_limit=nc_ece_limit,
@@ -231,14 +251,22 @@ class MulticlassVersion:
         labels are binary by contract and not used)."""
         return class_recalibration_report_table(self.matrix, recalibrators, n_bins)
 
+    def summary(
+        self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame,
+        recalibration_report: pl.DataFrame | None = None, model_version: str = "",
+    ) -> str:
+        """`report.calibration_summary_markdown` with the confusion-matrix gaps and the NC-ECE kinds
+        (`report.MULTICLASS_SUMMARY`)."""
+        return calibration_summary_markdown(
+            channel_table, nc_ece_report, recalibration_report, model_version, layout=MULTICLASS_SUMMARY
+        )
+
     def report(
         self, channel_table: pl.DataFrame, nc_ece_report: pl.DataFrame, recalibrators: pl.DataFrame,
         recalibration_report: pl.DataFrame, references: pl.DataFrame | None = None, *, model_version: str = "",
         n_bins: int = 15, nc_ece_limit: float | None = None, min_items_per_subgroup: int | None = None,
     ) -> str:
         """`report.render_multiclass_report`."""
-        from .report import render_multiclass_report
-
         return render_multiclass_report(
             self.matrix, self.channels(channel_table), channel_table, nc_ece_report, self.predictions,
             recalibration_report, model_version, n_bins, nc_ece_limit, min_items_per_subgroup,

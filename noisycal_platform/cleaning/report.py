@@ -317,6 +317,198 @@ def _confirmed_gallery(confirmed: pl.DataFrame, reviewed: set[tuple[str, str]], 
     return "".join(out)
 
 
+def _section(s: list[str], heading: str, note: str | None, table: pl.DataFrame | None, *, left: tuple[str, ...],
+             empty: str, plot: tuple[str | None, str] | None = None, level: int = 2) -> None:
+    """Append to ``s``: the heading, its note, a plot (data URI or None, alt text) when drawn, then the table or
+    the sentence saying which data would fill it."""
+    s.append(f"<h{level}>{heading}</h{level}>" + (f"<p class='note'>{note}</p>" if note else ""))
+    if plot is not None and plot[0]:
+        s.append(rh.img(*plot))
+    s.append(rh.html_table(table, left=left, empty=empty))
+
+
+def _top_candidates(queue: pl.DataFrame | None, confirmed: pl.DataFrame | None, thumbs: _Thumbs, n: int) -> list[str]:
+    """"Top candidates": the first ``n`` of each ranking as thumbnails (nothing when ``n`` is 0)."""
+    if not n:
+        return []
+    s = [f"<h2>Top candidates</h2><p class='note'>The first {n} of each ranking, most suspicious "
+         "first; near duplicates are shown as pairs side by side; shaded = unanimously confirmed.</p>"]
+    if _usable(queue, "dataset", "issue_type", "position", "item_id", "item_id_2"):
+        s.append(_candidates(queue, confirmed, thumbs, n))
+    else:
+        s.append(rh.empty_note("the rankings fill it once a dataset is registered and its images are ranked "
+                               "(irrelevant images, near duplicates, label errors)."))
+    return s
+
+
+def _progress_section(progress: pl.DataFrame, sizes: Mapping[str, int], answered: bool) -> list[str]:
+    """"Review progress": the day-one banner when no answer has arrived, the dataset sizes, the progress table."""
+    s = ["<h2>Review progress</h2>"]
+    if not answered:
+        s.append("<p class='banner'><b>No answers have arrived yet.</b> The rankings below are ready for review in "
+                 "the confirmation tool. The statistics further down need answers and say so until they "
+                 "arrive.</p>")
+    if sizes:
+        s.append("<p class='note'>" + "; ".join(f"{rh.esc(d)}: {n:,} images" for d, n in sorted(sizes.items()))
+                 + ".</p>")
+    s.append(rh.html_table(
+        progress, left=("dataset", "issue_type"),
+        labels={"issue_type": "issue type", "answered_by_panel": "answered by the whole panel"},
+        empty="it fills once a dataset is registered and ranked (its confirmation queue).",
+    ))
+    return s
+
+
+def _protocol_sections(s: list[str], issues: pl.DataFrame | None, prevalence: pl.DataFrame | None,
+                       reviewed: set[tuple[str, str]]) -> None:
+    """Confirmed issues (Gröger et al. 2023 Table 1) and the label-error prevalence."""
+    _section(
+        s, "Confirmed issues (Gröger et al. 2023 Table 1)",
+        "Unanimous: every panel member answered yes. Majority: more than half of the panel answered yes. Near "
+        "duplicates are pairs; the percentage is of the dataset's images.",
+        _issue_table_wide(issues, reviewed) if _usable(issues, "dataset", "size", "rule", "issue_type") else None,
+        left=("dataset",), empty="it fills once a dataset is registered and its candidates are ranked.",
+    )
+    _section(
+        s, "Label-error prevalence",
+        "Label errors are reported, not removed (Gröger et al. 2023 §3.4); a lower bound, since only the top of the "
+        "ranking is reviewed. 95% Clopper-Pearson CI.",
+        _prevalence_view(prevalence, reviewed) if _usable(prevalence, "dataset", "rule", "n_label_errors") else None,
+        left=("dataset", "rule"),
+        empty="it fills once a dataset is registered; the estimate needs answers on label-error candidates.",
+    )
+
+
+def _agreement_and_ranking_sections(s: list[str], agreement: pl.DataFrame | None,
+                                    ranking_quality: pl.DataFrame | None, annotator_quality: pl.DataFrame | None,
+                                    wait: str) -> None:
+    """Inter-annotator agreement (plot and table), ranking quality against the unanimous answers and, when given,
+    against each annotator's answers."""
+    plotted = _usable(agreement, "dataset", "issue_type", "statistic", "value", "ci_low", "ci_high", "role_pair")
+    _section(
+        s, "Inter-annotator agreement",
+        "Bands (Regier et al. 2013): good &gt; 0.4, questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from "
+        "bootstrap resamples of the annotated items.",
+        agreement if _usable(agreement) else None,
+        left=("dataset", "issue_type", "statistic", "annotator_a", "annotator_b", "role_pair", "band"),
+        empty=wait + "agreement needs at least two annotators answering the same candidates.",
+        plot=(_agreement_plot(agreement) if plotted else None, "agreement plot"),
+    )
+    _section(
+        s, "Ranking quality vs unanimous answers",
+        "Candidates answered by every panel member; the positive rate is the uninformed AP baseline (AUROC 0.5, "
+        "AUPRG 0).",
+        ranking_quality if _usable(ranking_quality) else None, left=("dataset", "issue_type"),
+        empty=wait + "it needs candidates answered by every panel member.",
+    )
+    if annotator_quality is not None:
+        _section(
+            s, "Ranking vs each annotator's answers", None, annotator_quality if _usable(annotator_quality) else None,
+            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs each annotator's answers.",
+            level=3,
+        )
+
+
+def _encoder_and_truth_sections(s: list[str], encoders: pl.DataFrame | None,
+                                ranking_truth: pl.DataFrame | None) -> None:
+    """The encoder each dataset resolved to and the rankings against a known truth (each only when given)."""
+    if encoders is not None:
+        _section(
+            s, "Encoder per dataset", "The <code>encoder</code> setting, what it resolved to for the dataset's "
+            "images and why (<code>auto</code>: real photographs get a frozen ImageNet encoder with verified "
+            "near-duplicate candidates, tiny images the DINO trained on them).",
+            encoders if _usable(encoders, "dataset", "encoder_resolved") else None, left=("dataset",),
+            empty="it fills once a dataset's encoder is built (cleaning/ssl_encoder).",
+        )
+    if ranking_truth is not None:
+        _section(
+            s, "Rankings vs known truth",
+            "All N items (N(N−1)/2 pairs); candidates outside a ranked top-k are tied at the bottom. recall_at_k = "
+            "share of true issues listed.",
+            ranking_truth if _usable(ranking_truth) else None, left=("dataset", "ranking", "issue_type"),
+            empty="no known truth for any dataset: " + TRUTH_SENTENCE,
+        )
+
+
+def _effort_sections(s: list[str], speedup: pl.DataFrame | None, sessions: pl.DataFrame | None, wait: str) -> None:
+    """Annotation speed-up (Gröger et al. 2023 Table 4) and, when given, how each review session ended."""
+    _section(
+        s, "Annotation speed-up", "n_total / mean candidates answered per annotator (Gröger et al. 2023 Table 4).",
+        speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
+        empty=wait + "the speed-up needs the annotators' answers and where they stopped.",
+    )
+    if sessions is not None:
+        _section(
+            s, "How each review session ended",
+            "Per annotator and issue type: candidates answered along the ranking, how many “yes”, and what ended "
+            "the session — the stopping rule (stopping_count consecutive “no”) or the end of the candidates; "
+            "empty = still open (Gröger et al. 2023 Figure 9).",
+            sessions if _usable(sessions, "ended_by") else None,
+            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs the annotators' answers.",
+            level=3,
+        )
+
+
+def _impact_section(impact: pl.DataFrame | None, sizes: Mapping[str, int]) -> list[str]:
+    """Impact of cleaning on model evaluation (Gröger et al. 2023 Table 2), naming the datasets no model scored."""
+    s = [
+        "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
+        "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "
+        "is exactly 0 (Gröger et al. 2023 Table 2).</p>"
+    ]
+    scored = set(impact["dataset"].to_list()) if _usable(impact, "dataset") else set()
+    unscored = sorted(set(sizes) - scored)
+    if unscored and scored:
+        s.append("<p class='note'>No model has scored " + ", ".join(rh.esc(d) for d in unscored)
+                 + " (<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code>), so it has no impact rows.</p>")
+    s.append(rh.html_table(
+        _impact_wide(impact) if _usable(impact, "dataset", "model_version", "rule", "metric") else None,
+        left=("dataset", "model", "rule"),
+        empty="it fills when a model version has scored a dataset's images "
+        "(<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code> with file_name, target, score) "
+        "and answers have confirmed issues to remove.",
+    ))
+    return s
+
+
+def _sensitivity_and_rater_sections(s: list[str], sensitivity: pl.DataFrame | None,
+                                    expert_lay: pl.DataFrame | None, wait: str) -> None:
+    """Stopping-rule sensitivity (Gröger et al. 2023 Appendix D) and experts vs lay raters, each only when given."""
+    if sensitivity is not None:
+        ok = _usable(sensitivity, "value", "parameter", "dataset", "issue_type", "n_unanimous", "stopping_count")
+        _section(
+            s, "Stopping-rule sensitivity",
+            "Unanimously confirmed issues when each recorded session is cut at the stopping count of (p_chance, "
+            "p₊); one parameter grows from 0.05 to 1 while the other stays at 0.05 (Gröger et al. 2023 Appendix D).",
+            _sensitivity_wide(sensitivity) if ok else None, left=("value",),
+            empty=wait + "it needs recorded review sessions (answers in the order given).",
+            plot=(_sensitivity_plot(sensitivity) if ok else None, "stopping-rule sensitivity"),
+        )
+    if expert_lay is not None:
+        _section(
+            s, "Experts vs lay raters", None, expert_lay if _usable(expert_lay) else None,
+            left=("dataset", "issue_type"),
+            empty=wait + "it needs answers from both expert and lay annotators on the same candidates.",
+        )
+
+
+def _confirmed_images_section(confirmed: pl.DataFrame | None, reviewed: set[tuple[str, str]], thumbs: _Thumbs,
+                              cap: int, answered: bool) -> list[str]:
+    """"Confirmed issues, as images": at most ``cap`` unanimously confirmed issues per dataset and issue type
+    (nothing when ``cap`` is 0)."""
+    if not cap:
+        return []
+    s = ["<h2>Confirmed issues, as images</h2><p class='note'>Candidates every panel member answered yes "
+         f"to (unanimous), at most {cap} per dataset and issue type, most suspicious "
+         "first; near duplicates as pairs side by side, label errors with their given label.</p>"]
+    if answered and _usable(confirmed, "dataset", "issue_type", "position", "item_id", "item_id_2", "n_yes",
+                            "n_annotators", "unanimous"):
+        s.append(_confirmed_gallery(confirmed, reviewed, thumbs, cap))
+    else:
+        s.append("<p class='note'>No issue is confirmed yet: no answers have arrived.</p>")
+    return s
+
+
 def render_cleaning_report(
     *,
     issues: pl.DataFrame | None = None,
@@ -347,166 +539,28 @@ def render_cleaning_report(
     without columns, counts as missing. ``dataset_roots`` maps dataset -> image folder for thumbnails
     (item_ids resolving outside the root are not shown); ``dataset_sizes`` maps dataset -> number of images.
     ``n_thumbnails`` candidates of each ranking and at most ``n_confirmed_thumbnails`` confirmed issues per
-    dataset and issue type are shown as thumbnails (0 hides the section).
+    dataset and issue type are shown as thumbnails (0 hides the section). On day one (no answers yet) the top
+    candidates come right after the review progress, otherwise at the end.
     """
     for name, n in (("n_thumbnails", n_thumbnails), ("n_confirmed_thumbnails", n_confirmed_thumbnails)):
         if n < 0:
             raise ValueError(f"{name} must be >= 0, got {n}")
-    roots = {k: Path(v) for k, v in (dataset_roots or {}).items()}
     sizes = dict(dataset_sizes or {})
     progress = review_progress(queue, confirmed)
     reviewed = _reviewed(progress)
     answered = bool(reviewed)
     wait = "" if answered else _NEEDS_ANSWERS
-    has_queue = _usable(queue, "dataset", "issue_type", "position", "item_id", "item_id_2")
-    thumbs = _Thumbs(roots)
-    s: list[str] = []
-
-    def candidates() -> None:
-        if not n_thumbnails:
-            return
-        s.append(f"<h2>Top candidates</h2><p class='note'>The first {n_thumbnails} of each ranking, most suspicious "
-                 "first; near duplicates are shown as pairs side by side; shaded = unanimously confirmed.</p>")
-        if has_queue:
-            s.append(_candidates(queue, confirmed, thumbs, n_thumbnails))
-        else:
-            s.append(rh.empty_note("the rankings fill it once a dataset is registered and its images are ranked "
-                                   "(irrelevant images, near duplicates, label errors)."))
-
-    s.append("<h2>Review progress</h2>")
+    thumbs = _Thumbs({k: Path(v) for k, v in (dataset_roots or {}).items()})
+    s = _progress_section(progress, sizes, answered)
     if not answered:
-        s.append("<p class='banner'><b>No answers have arrived yet.</b> The rankings below are ready for review in "
-                 "the confirmation tool. The statistics further down need answers and say so until they "
-                 "arrive.</p>")
-    if sizes:
-        s.append("<p class='note'>" + "; ".join(f"{rh.esc(d)}: {n:,} images" for d, n in sorted(sizes.items()))
-                 + ".</p>")
-    s.append(rh.html_table(
-        progress, left=("dataset", "issue_type"),
-        labels={"issue_type": "issue type", "answered_by_panel": "answered by the whole panel"},
-        empty="it fills once a dataset is registered and ranked (its confirmation queue).",
-    ))
-    if not answered:
-        candidates()
-    def section(heading: str, note: str | None, table: pl.DataFrame | None, *, left: tuple[str, ...], empty: str,
-                plot: tuple[str | None, str] | None = None, level: int = 2) -> None:
-        """``<h2>`` heading, its note, a plot (data URI or None, alt text) when drawn, then the table or the
-        sentence saying which data would fill it."""
-        s.append(f"<h{level}>{heading}</h{level}>" + (f"<p class='note'>{note}</p>" if note else ""))
-        if plot is not None and plot[0]:
-            s.append(rh.img(*plot))
-        s.append(rh.html_table(table, left=left, empty=empty))
-
-    section(
-        "Confirmed issues (Gröger et al. 2023 Table 1)",
-        "Unanimous: every panel member answered yes. Majority: more than half of the panel answered yes. Near "
-        "duplicates are pairs; the percentage is of the dataset's images.",
-        _issue_table_wide(issues, reviewed) if _usable(issues, "dataset", "size", "rule", "issue_type") else None,
-        left=("dataset",), empty="it fills once a dataset is registered and its candidates are ranked.",
-    )
-    section(
-        "Label-error prevalence",
-        "Label errors are reported, not removed (Gröger et al. 2023 §3.4); a lower bound, since only the top of the "
-        "ranking is reviewed. 95% Clopper-Pearson CI.",
-        _prevalence_view(prevalence, reviewed) if _usable(prevalence, "dataset", "rule", "n_label_errors") else None,
-        left=("dataset", "rule"),
-        empty="it fills once a dataset is registered; the estimate needs answers on label-error candidates.",
-    )
-    plotted = _usable(agreement, "dataset", "issue_type", "statistic", "value", "ci_low", "ci_high", "role_pair")
-    section(
-        "Inter-annotator agreement",
-        "Bands (Regier et al. 2013): good &gt; 0.4, questionable 0.2–0.4, unacceptable &lt; 0.2. 95% CIs from "
-        "bootstrap resamples of the annotated items.",
-        agreement if _usable(agreement) else None,
-        left=("dataset", "issue_type", "statistic", "annotator_a", "annotator_b", "role_pair", "band"),
-        empty=wait + "agreement needs at least two annotators answering the same candidates.",
-        plot=(_agreement_plot(agreement) if plotted else None, "agreement plot"),
-    )
-    section(
-        "Ranking quality vs unanimous answers",
-        "Candidates answered by every panel member; the positive rate is the uninformed AP baseline (AUROC 0.5, "
-        "AUPRG 0).",
-        ranking_quality if _usable(ranking_quality) else None, left=("dataset", "issue_type"),
-        empty=wait + "it needs candidates answered by every panel member.",
-    )
-    if annotator_quality is not None:
-        section(
-            "Ranking vs each annotator's answers", None, annotator_quality if _usable(annotator_quality) else None,
-            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs each annotator's answers.",
-            level=3,
-        )
-    if encoders is not None:
-        section(
-            "Encoder per dataset", "The <code>encoder</code> setting, what it resolved to for the dataset's images and "
-            "why (<code>auto</code>: real photographs get a frozen ImageNet encoder with verified near-duplicate "
-            "candidates, tiny images the DINO trained on them).",
-            encoders if _usable(encoders, "dataset", "encoder_resolved") else None, left=("dataset",),
-            empty="it fills once a dataset's encoder is built (cleaning/ssl_encoder).",
-        )
-    if ranking_truth is not None:
-        section(
-            "Rankings vs known truth",
-            "All N items (N(N−1)/2 pairs); candidates outside a ranked top-k are tied at the bottom. recall_at_k = "
-            "share of true issues listed.",
-            ranking_truth if _usable(ranking_truth) else None, left=("dataset", "ranking", "issue_type"),
-            empty="no known truth for any dataset: " + TRUTH_SENTENCE,
-        )
-    section(
-        "Annotation speed-up", "n_total / mean candidates answered per annotator (Gröger et al. 2023 Table 4).",
-        speedup if _usable(speedup) else None, left=("dataset", "issue_type"),
-        empty=wait + "the speed-up needs the annotators' answers and where they stopped.",
-    )
-    if sessions is not None:
-        section(
-            "How each review session ended",
-            "Per annotator and issue type: candidates answered along the ranking, how many “yes”, and what ended "
-            "the session — the stopping rule (stopping_count consecutive “no”) or the end of the candidates; "
-            "empty = still open (Gröger et al. 2023 Figure 9).",
-            sessions if _usable(sessions, "ended_by") else None,
-            left=("dataset", "issue_type", "annotator_id", "role"), empty=wait + "it needs the annotators' answers.",
-            level=3,
-        )
-    s.append(
-        "<h2>Impact of cleaning on model evaluation</h2><p class='note'>Difference after − before "
-        "cleaning: bootstrap median [95% CI] in percentage points; * = 0 outside the CI, ° = a bound "
-        "is exactly 0 (Gröger et al. 2023 Table 2).</p>"
-    )
-    scored = set(impact["dataset"].to_list()) if _usable(impact, "dataset") else set()
-    unscored = sorted(set(sizes) - scored)
-    if unscored and scored:
-        s.append("<p class='note'>No model has scored " + ", ".join(rh.esc(d) for d in unscored)
-                 + " (<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code>), so it has no impact rows.</p>")
-    s.append(rh.html_table(
-        _impact_wide(impact) if _usable(impact, "dataset", "model_version", "rule", "metric") else None,
-        left=("dataset", "model", "rule"),
-        empty="it fills when a model version has scored a dataset's images "
-        "(<code>models/&lt;version&gt;/cleaning/&lt;dataset&gt;.csv</code> with file_name, target, score) "
-        "and answers have confirmed issues to remove.",
-    ))
-    if sensitivity is not None:
-        ok = _usable(sensitivity, "value", "parameter", "dataset", "issue_type", "n_unanimous", "stopping_count")
-        section(
-            "Stopping-rule sensitivity",
-            "Unanimously confirmed issues when each recorded session is cut at the stopping count of (p_chance, "
-            "p₊); one parameter grows from 0.05 to 1 while the other stays at 0.05 (Gröger et al. 2023 Appendix D).",
-            _sensitivity_wide(sensitivity) if ok else None, left=("value",),
-            empty=wait + "it needs recorded review sessions (answers in the order given).",
-            plot=(_sensitivity_plot(sensitivity) if ok else None, "stopping-rule sensitivity"),
-        )
-    if expert_lay is not None:
-        section(
-            "Experts vs lay raters", None, expert_lay if _usable(expert_lay) else None, left=("dataset", "issue_type"),
-            empty=wait + "it needs answers from both expert and lay annotators on the same candidates.",
-        )
-    if n_confirmed_thumbnails:
-        s.append("<h2>Confirmed issues, as images</h2><p class='note'>Candidates every panel member answered yes "
-                 f"to (unanimous), at most {n_confirmed_thumbnails} per dataset and issue type, most suspicious "
-                 "first; near duplicates as pairs side by side, label errors with their given label.</p>")
-        if answered and _usable(confirmed, "dataset", "issue_type", "position", "item_id", "item_id_2", "n_yes",
-                                "n_annotators", "unanimous"):
-            s.append(_confirmed_gallery(confirmed, reviewed, thumbs, n_confirmed_thumbnails))
-        else:
-            s.append("<p class='note'>No issue is confirmed yet: no answers have arrived.</p>")
+        s += _top_candidates(queue, confirmed, thumbs, n_thumbnails)
+    _protocol_sections(s, issues, prevalence, reviewed)
+    _agreement_and_ranking_sections(s, agreement, ranking_quality, annotator_quality, wait)
+    _encoder_and_truth_sections(s, encoders, ranking_truth)
+    _effort_sections(s, speedup, sessions, wait)
+    s += _impact_section(impact, sizes)
+    _sensitivity_and_rater_sections(s, sensitivity, expert_lay, wait)
+    s += _confirmed_images_section(confirmed, reviewed, thumbs, n_confirmed_thumbnails, answered)
     if answered:
-        candidates()
+        s += _top_candidates(queue, confirmed, thumbs, n_thumbnails)
     return rh.page(title, s, created=created, extra_css=_EXTRA_CSS)

@@ -5,12 +5,13 @@ correctness/false_acceptance (re-exported by pipeline.py). Frames in, frames out
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
 
 from noisycal_platform.correctness.audit import ERROR_CATEGORIES, false_acceptance_by_category
-from noisycal_platform.correctness.bootstrap import paired_bootstrap, percentile_ci
+from noisycal_platform.correctness.bootstrap import BootstrapReplicates, paired_bootstrap, percentile_ci
 from noisycal_platform.correctness.io import KEY
 from noisycal_platform.correctness.sensitivity import SENSITIVITY_SCHEMA, sensitivity_table
 
@@ -103,6 +104,144 @@ def _audit_items(
     return items.sort(KEY), crits, kept, dropped
 
 
+def _comparisons(
+    decisions: pl.DataFrame, comparisons: Sequence[tuple[str, str]], crits: list[str]
+) -> tuple[list[tuple[str, str]], dict[str, str], list[str]]:
+    """The planned pairs, checked (two different known criteria; a criterion first of one pair only); ``against``:
+    first -> second for pairs whose criteria both ran; ``not_run``: "a − b" for the others."""
+    known = set(decisions["criterion"].unique().to_list())
+    pairs = [(str(a), str(b)) for a, b in comparisons]
+    bad = [p for p in pairs if p[0] not in known or p[1] not in known or p[0] == p[1]]
+    if bad:
+        raise ValueError(f"comparison pairs {bad}: each needs two different criteria among {sorted(known)}")
+    firsts = [a for a, _ in pairs]
+    if len(set(firsts)) != len(firsts):
+        raise ValueError(f"comparison pairs {pairs}: a criterion may be the first of one pair only")
+    against = {a: b for a, b in pairs if a in crits and b in crits}
+    not_run = [f"{a} − {b}" for a, b in pairs if (a, b) not in against.items()]
+    return pairs, against, not_run
+
+
+def _audit_note(dropped: list[str], not_run: list[str]) -> str:
+    notes = []
+    if dropped:
+        notes.append(f"UE methods left out (non-finite scores on audited items): {dropped}")
+    if not_run:
+        notes.append(f"comparisons not computed (a criterion was skipped): {not_run}")
+    return "; ".join(notes)
+
+
+def _criterion_models(decisions: pl.DataFrame) -> dict[str, tuple[str | None, str | None]]:
+    """criterion -> (model path, sha256) of the active criteria."""
+    models = (
+        decisions.filter(~pl.col("skipped"))
+        .group_by("criterion")
+        .agg(pl.col("criterion_model").first(), pl.col("criterion_model_sha256").first())
+    )
+    return {r[0]: (r[1], r[2]) for r in models.iter_rows()}
+
+
+def _scopes(groups: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
+    """(scope_kind, scope, indices of the groups in it): all, each dataset, each dataset-model group."""
+    g_dataset = np.array([x.split("/", 1)[0] for x in groups])
+    scopes = [("all", "all", np.arange(groups.size))]
+    scopes += [("dataset", d, np.flatnonzero(g_dataset == d)) for d in sorted(set(g_dataset))]
+    scopes += [("group", str(x), np.array([i])) for i, x in enumerate(groups)]
+    return scopes
+
+
+@dataclass(frozen=True)
+class _AuditRun:
+    """What every row of one audit shares: the items' arrays, the bootstrap replicates and the point estimate
+    (`paired_bootstrap` with unit counts), the comparisons and the levels."""
+
+    crits: list[str]
+    acc: np.ndarray  # (n, C) accepted
+    hc: np.ndarray  # (n,) human_correct
+    group: np.ndarray  # (n,) "dataset/model"
+    rep: BootstrapReplicates
+    point: BootstrapReplicates
+    against: dict[str, str]
+    model_of: dict[str, tuple[str | None, str | None]]
+    note: str
+    k: int
+    ci_level: float
+    level_adj: float
+    n_boot: int
+    mismatch: int | None
+
+
+def _scope_rows(run: _AuditRun, kind: str, scope: str, gi: np.ndarray) -> list[dict]:
+    """One AUDIT_RESULT_SCHEMA row per criterion for the groups ``gi`` of one scope."""
+    rows = []
+    in_scope = np.isin(run.group, np.array(run.rep.groups)[gi])
+    h_b, (d_b, _) = run.rep.h_f(gi), run.rep.d_f(gi)
+    h_p, (d_p, undef) = run.point.h_f(gi)[0], run.point.d_f(gi)
+    vals = {"h": (h_p, h_b), "d": (d_p[0], d_b), "f": (1 - d_p[0], 1 - d_b)}
+    for ci, c in enumerate(run.crits):
+        other = run.against.get(c)
+        oi = run.crits.index(other) if other is not None else ci
+        dh_b, dd_b = h_b[:, ci] - h_b[:, oi], d_b[:, ci] - d_b[:, oi]
+        row = {"scope_kind": kind, "scope": scope, "criterion": c, "status": "ok", "note": run.note}
+        for key, (p, b) in vals.items():
+            lo, hi = percentile_ci(b[:, ci], run.ci_level)
+            row |= {f"{key}_f": float(p[ci]), f"{key}_f_lo": float(lo), f"{key}_f_hi": float(hi)}
+        for key, p, b in (("h", h_p, dh_b), ("d", d_p[0], dd_b)):
+            is_ref = other is None  # no difference reported for an uncompared criterion
+            lo, hi = percentile_ci(b, run.ci_level)
+            lo2, hi2 = percentile_ci(b, run.level_adj)
+            row |= {
+                f"delta_{key}": None if is_ref else float(p[ci] - p[oi]),
+                f"delta_{key}_lo": None if is_ref else float(lo),
+                f"delta_{key}_hi": None if is_ref else float(hi),
+                f"delta_{key}_lo_adj": None if is_ref else float(lo2),
+                f"delta_{key}_hi_adj": None if is_ref else float(hi2),
+            }
+        a, h = run.acc[in_scope, ci], run.hc[in_scope]
+        row |= {
+            "reference": other,
+            "criterion_model": run.model_of.get(c, (None, None))[0],
+            "criterion_model_sha256": run.model_of.get(c, (None, None))[1],
+            "n_comparisons": run.k,
+            "ci_level": run.ci_level,
+            "ci_level_adj": run.level_adj,
+            "n_tasks_undefined": int(undef[0, ci]),
+            "false_rejects": int(np.sum(h & ~a)),
+            "n_human_correct": int(h.sum()),
+            "false_accepts": int(np.sum(~h & a)),
+            "n_human_incorrect": int((~h).sum()),
+            "n_items": int(in_scope.sum()),
+            "n_groups": int(gi.size),
+            "n_boot": run.n_boot,
+            "n_em_stratum_mismatch": run.mismatch,
+        }
+        rows.append(row)
+    return rows
+
+
+def _skipped_rows(decisions: pl.DataFrame, k: int, ci_level: float, level_adj: float) -> list[dict]:
+    """One "skipped" row per skipped criterion, its reason as the note."""
+    skipped = (
+        decisions.filter(pl.col("skipped"))
+        .group_by("criterion")
+        .agg(pl.col("reason").first())
+        .sort("criterion")
+    )
+    return [
+        {
+            "scope_kind": "all",
+            "scope": "all",
+            "criterion": c,
+            "status": "skipped",
+            "note": reason,
+            "n_comparisons": k,
+            "ci_level": ci_level,
+            "ci_level_adj": level_adj,
+        }
+        for c, reason in skipped.iter_rows()
+    ]
+
+
 def criterion_audit(
     decisions: pl.DataFrame,
     scores: pl.DataFrame,
@@ -126,24 +265,9 @@ def criterion_audit(
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     items, crits, methods, dropped = _audit_items(decisions, scores, audit_labels, ue_methods)
-    known = set(decisions["criterion"].unique().to_list())
-    pairs = [(str(a), str(b)) for a, b in comparisons]
-    bad = [p for p in pairs if p[0] not in known or p[1] not in known or p[0] == p[1]]
-    if bad:
-        raise ValueError(f"comparison pairs {bad}: each needs two different criteria among {sorted(known)}")
-    firsts = [a for a, _ in pairs]
-    if len(set(firsts)) != len(firsts):
-        raise ValueError(f"comparison pairs {pairs}: a criterion may be the first of one pair only")
-    against = {a: b for a, b in pairs if a in crits and b in crits}
-    not_run = [f"{a} − {b}" for a, b in pairs if (a, b) not in against.items()]
+    pairs, against, not_run = _comparisons(decisions, comparisons, crits)
     if not methods:
         raise ValueError(f"no UE method in {list(ue_methods)} has finite scores on every audited item")
-    notes = []
-    if dropped:
-        notes.append(f"UE methods left out (non-finite scores on audited items): {dropped}")
-    if not_run:
-        notes.append(f"comparisons not computed (a criterion was skipped): {not_run}")
-    note = "; ".join(notes)
     acc = items.select(crits).to_numpy().astype(bool)
     hc = items["human_correct"].to_numpy().astype(bool)
     u = items.select(methods).to_numpy().astype(np.float64)
@@ -151,87 +275,19 @@ def criterion_audit(
     em = (items["em_stratum"] == "EM-accepted").to_numpy()
     args = (acc, hc, u, group, em)
     kw = {"criteria": tuple(crits), "ue_methods": tuple(methods)}
-    rep = paired_bootstrap(*args, **kw, n_boot=n_boot, seed=seed)
-    point = paired_bootstrap(*args, **kw, counts=np.ones((1, hc.size), dtype=np.float32))
-    mismatch = (
-        int(np.sum(acc[:, crits.index(REFERENCE_CRITERION)] != em)) if REFERENCE_CRITERION in crits else None
-    )
     k = max(len(pairs), 1)
-    models = (
-        decisions.filter(~pl.col("skipped"))
-        .group_by("criterion")
-        .agg(pl.col("criterion_model").first(), pl.col("criterion_model_sha256").first())
+    run = _AuditRun(
+        crits=crits, acc=acc, hc=hc, group=group,
+        rep=paired_bootstrap(*args, **kw, n_boot=n_boot, seed=seed),
+        point=paired_bootstrap(*args, **kw, counts=np.ones((1, hc.size), dtype=np.float32)),
+        against=against, model_of=_criterion_models(decisions), note=_audit_note(dropped, not_run), k=k,
+        ci_level=ci_level, level_adj=1 - (1 - ci_level) / k, n_boot=n_boot,
+        mismatch=(
+            int(np.sum(acc[:, crits.index(REFERENCE_CRITERION)] != em)) if REFERENCE_CRITERION in crits else None
+        ),
     )
-    model_of = {r[0]: (r[1], r[2]) for r in models.iter_rows()}
-    level_adj = 1 - (1 - ci_level) / k
-    groups = np.array(rep.groups)
-    g_dataset = np.array([x.split("/", 1)[0] for x in groups])
-    scopes = [("all", "all", np.arange(groups.size))]
-    scopes += [("dataset", d, np.flatnonzero(g_dataset == d)) for d in sorted(set(g_dataset))]
-    scopes += [("group", str(x), np.array([i])) for i, x in enumerate(groups)]
-    rows = []
-    for kind, scope, gi in scopes:
-        in_scope = np.isin(group, groups[gi])
-        h_b, (d_b, _) = rep.h_f(gi), rep.d_f(gi)
-        h_p, (d_p, undef) = point.h_f(gi)[0], point.d_f(gi)
-        vals = {"h": (h_p, h_b), "d": (d_p[0], d_b), "f": (1 - d_p[0], 1 - d_b)}
-        for ci, c in enumerate(crits):
-            other = against.get(c)
-            oi = crits.index(other) if other is not None else ci
-            dh_b, dd_b = h_b[:, ci] - h_b[:, oi], d_b[:, ci] - d_b[:, oi]
-            row = {"scope_kind": kind, "scope": scope, "criterion": c, "status": "ok", "note": note}
-            for key, (p, b) in vals.items():
-                lo, hi = percentile_ci(b[:, ci], ci_level)
-                row |= {f"{key}_f": float(p[ci]), f"{key}_f_lo": float(lo), f"{key}_f_hi": float(hi)}
-            for key, p, b in (("h", h_p, dh_b), ("d", d_p[0], dd_b)):
-                is_ref = other is None  # no difference reported for an uncompared criterion
-                lo, hi = percentile_ci(b, ci_level)
-                lo2, hi2 = percentile_ci(b, level_adj)
-                row |= {
-                    f"delta_{key}": None if is_ref else float(p[ci] - p[oi]),
-                    f"delta_{key}_lo": None if is_ref else float(lo),
-                    f"delta_{key}_hi": None if is_ref else float(hi),
-                    f"delta_{key}_lo_adj": None if is_ref else float(lo2),
-                    f"delta_{key}_hi_adj": None if is_ref else float(hi2),
-                }
-            a, h = acc[in_scope, ci], hc[in_scope]
-            row |= {
-                "reference": other,
-                "criterion_model": model_of.get(c, (None, None))[0],
-                "criterion_model_sha256": model_of.get(c, (None, None))[1],
-                "n_comparisons": k,
-                "ci_level": ci_level,
-                "ci_level_adj": level_adj,
-                "n_tasks_undefined": int(undef[0, ci]),
-                "false_rejects": int(np.sum(h & ~a)),
-                "n_human_correct": int(h.sum()),
-                "false_accepts": int(np.sum(~h & a)),
-                "n_human_incorrect": int((~h).sum()),
-                "n_items": int(in_scope.sum()),
-                "n_groups": int(gi.size),
-                "n_boot": n_boot,
-                "n_em_stratum_mismatch": mismatch,
-            }
-            rows.append(row)
-    skipped = (
-        decisions.filter(pl.col("skipped"))
-        .group_by("criterion")
-        .agg(pl.col("reason").first())
-        .sort("criterion")
-    )
-    for c, reason in skipped.iter_rows():
-        rows.append(
-            {
-                "scope_kind": "all",
-                "scope": "all",
-                "criterion": c,
-                "status": "skipped",
-                "note": reason,
-                "n_comparisons": k,
-                "ci_level": ci_level,
-                "ci_level_adj": level_adj,
-            }
-        )
+    rows = [row for kind, scope, gi in _scopes(np.array(run.rep.groups)) for row in _scope_rows(run, kind, scope, gi)]
+    rows += _skipped_rows(decisions, k, ci_level, run.level_adj)
     return pl.DataFrame(rows, schema=AUDIT_RESULT_SCHEMA)
 
 

@@ -218,19 +218,9 @@ def _rng(seed: int, *key: str) -> np.random.Generator:
     return np.random.default_rng([int(seed), zlib.crc32("\x1f".join(key).encode())])
 
 
-def audit_agreement(
-    sample: pl.DataFrame,
-    annotations: Sequence[dict],
-    adjudications: dict[tuple[str, str, str], tuple[bool, str | None]],
-    generations: pl.DataFrame,
-    *,
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci_level: float = 0.95,
-) -> AuditAgreement:
-    """κ = (p_o − p_e)/(1 − p_e) (Cohen 1960; scikit-learn) and raw agreement p_o on correctness between the
-    two annotators, per group and overall, with percentile bootstrap intervals over items; the disagreements;
-    and the consensus labels (agreements + joint decisions; undecided items left out and counted)."""
+def _annotations_in_sample(sample: pl.DataFrame, annotations: Sequence[dict]) -> tuple[pl.DataFrame, list[str]]:
+    """The annotations of sampled items and the sorted annotator ids; an item labelled twice by one annotator,
+    or a third annotator, is an error."""
     ann = pl.DataFrame(list(annotations), schema=ANNOTATION_SCHEMA)
     in_sample = ann.join(sample.select(KEY), on=KEY, how="semi")
     dup = in_sample.group_by(*KEY, "annotator_id").len().filter(pl.col("len") > 1)
@@ -241,6 +231,11 @@ def audit_agreement(
     who = sorted(in_sample["annotator_id"].unique().to_list())
     if len(who) > 2:
         raise ValueError(f"the audit protocol has two annotators; found {who}")
+    return in_sample, who
+
+
+def _sample_strata(sample: pl.DataFrame, generations: pl.DataFrame) -> pl.DataFrame:
+    """KEY and em_stratum of every sampled item (`em_strata`); an item without a generation is an error."""
     strata = sample.select(KEY).join(
         generations.select(*KEY, "answer", "candidate_labels", "reference_labels", "multi_label"), on=KEY, how="left"
     )
@@ -249,14 +244,25 @@ def audit_agreement(
             "audit sample items without a generation: "
             + str(strata.filter(pl.col("multi_label").is_null()).select(KEY).rows()[:3])
         )
-    strata = strata.select(KEY).with_columns(em_strata(strata))
-    a_id, b_id = [*who, None, None][:2]
+    return strata.select(KEY).with_columns(em_strata(strata))
+
+
+def _side_by_side(sample: pl.DataFrame, in_sample: pl.DataFrame, a_id: str | None, b_id: str | None) -> pl.DataFrame:
+    """One row per sampled item: a_correct, a_category, b_correct, b_category (null where not answered)."""
     wide = sample.select(KEY)
     for tag, name in (("a", a_id), ("b", b_id)):
         part = in_sample.filter(pl.col("annotator_id") == name).select(
             *KEY, pl.col("human_correct").alias(f"{tag}_correct"), pl.col("error_category").alias(f"{tag}_category")
         )
         wide = wide.join(part, on=KEY, how="left")
+    return wide
+
+
+def _answered_by_both(
+    wide: pl.DataFrame, adjudications: dict[tuple[str, str, str], tuple[bool, str | None]]
+) -> pl.DataFrame:
+    """Items both annotators answered, with ``_differs`` (correctness or, both incorrect, category differs) and the
+    joint decision (j_correct, j_category; null: not decided)."""
     both = wide.filter(pl.col("a_correct").is_not_null() & pl.col("b_correct").is_not_null())
     differs = (pl.col("a_correct") != pl.col("b_correct")) | (
         ~pl.col("a_correct") & ~pl.col("b_correct") & (pl.col("a_category") != pl.col("b_category"))
@@ -273,7 +279,11 @@ def audit_agreement(
             "j_category": pl.String,
         },
     )
-    both = both.join(decided, on=KEY, how="left")
+    return both.join(decided, on=KEY, how="left")
+
+
+def _consensus(both: pl.DataFrame, strata: pl.DataFrame) -> pl.DataFrame:
+    """Agreed items (decision "independent") and jointly decided ones ("joint"), in io.AUDIT_SCHEMA order."""
     agreed = both.filter(~pl.col("_differs")).select(
         *KEY,
         pl.col("a_correct").alias("human_correct"),
@@ -286,18 +296,22 @@ def audit_agreement(
         pl.col("j_category").alias("error_category"),
         pl.lit("joint").alias("decision"),
     )
-    consensus = (
+    return (
         pl.concat([agreed, joint])
         .join(strata, on=KEY, how="left")
         .select(*KEY, "human_correct", "error_category", "em_stratum", "decision")
         .sort(KEY)
     )
+
+
+def _disagreements(both: pl.DataFrame, sample: pl.DataFrame, a_id: str | None, b_id: str | None) -> pl.DataFrame:
+    """The differing items with what the annotators saw and answered, for the joint decision."""
     shown = sample.with_columns(
         pl.col(c).map_elements(lambda x: json.dumps(list(x)), return_dtype=pl.String)
         for c in ("candidate_labels", "reference_labels")
         if sample[c].dtype != pl.String
     )
-    disagreements = (
+    return (
         both.filter(pl.col("_differs"))
         .join(shown, on=KEY, how="left")
         .select(
@@ -318,7 +332,70 @@ def audit_agreement(
         )
         .sort(KEY)
     )
-    rows = []
+
+
+def _agreement_row(
+    kind: str, scope: str, part: pl.DataFrame, all_items: pl.DataFrame, ids: tuple[str | None, str | None], *,
+    n_boot: int, seed: int, ci_level: float,
+) -> dict:
+    """One AGREEMENT_SCHEMA row: p_o and κ (Cohen 1960) with percentile bootstrap intervals over the items of
+    ``part`` (answered by both), category agreement and the disagreement counts."""
+    a = part["a_correct"].cast(pl.Int64).to_numpy()
+    b = part["b_correct"].cast(pl.Int64).to_numpy()
+    n = a.size
+    agree = (a == b).astype(np.float64)
+    if n:
+        w = bootstrap_counts(n, n_boot, _rng(seed, scope, "raw_agreement"))
+        p_lo, p_hi = percentile_ci((w @ agree) / w.sum(axis=1), ci_level)
+        k_lo, k_hi = percentile_ci(kappa_bootstrap(a, b, n_boot, _rng(seed, scope, "kappa")), ci_level)
+    else:
+        p_lo = p_hi = k_lo = k_hi = float("nan")
+    inc = part.filter(~pl.col("a_correct") & ~pl.col("b_correct"))
+    dis = part.filter(pl.col("_differs"))
+    return {
+        "scope_kind": kind,
+        "scope": scope,
+        "annotator_a": ids[0],
+        "annotator_b": ids[1],
+        "n_items": n,
+        "n_agree": int(agree.sum()),
+        "raw_agreement": float(agree.mean()) if n else float("nan"),
+        "raw_agreement_lo": p_lo,
+        "raw_agreement_hi": p_hi,
+        "kappa": cohen_kappa(a, b) if n else float("nan"),
+        "kappa_lo": k_lo,
+        "kappa_hi": k_hi,
+        "n_both_incorrect": inc.height,
+        "category_agreement": float((inc["a_category"] == inc["b_category"]).mean()) if inc.height else None,
+        "n_disagreements": dis.height,
+        "n_joint": int(dis["j_correct"].is_not_null().sum()),
+        "n_undecided": int(dis["j_correct"].is_null().sum()),
+        "n_incomplete": all_items.height - part.height,
+        "n_boot": n_boot,
+        "ci_level": ci_level,
+    }
+
+
+def audit_agreement(
+    sample: pl.DataFrame,
+    annotations: Sequence[dict],
+    adjudications: dict[tuple[str, str, str], tuple[bool, str | None]],
+    generations: pl.DataFrame,
+    *,
+    n_boot: int = 1000,
+    seed: int = 0,
+    ci_level: float = 0.95,
+) -> AuditAgreement:
+    """κ = (p_o − p_e)/(1 − p_e) (Cohen 1960; scikit-learn) and raw agreement p_o on correctness between the
+    two annotators, per group and overall, with percentile bootstrap intervals over items; the disagreements;
+    and the consensus labels (agreements + joint decisions; undecided items left out and counted)."""
+    in_sample, who = _annotations_in_sample(sample, annotations)
+    strata = _sample_strata(sample, generations)
+    a_id, b_id = [*who, None, None][:2]
+    wide = _side_by_side(sample, in_sample, a_id, b_id)
+    both = _answered_by_both(wide, adjudications)
+    consensus = _consensus(both, strata)
+    disagreements = _disagreements(both, sample, a_id, b_id)
     groups = [("all", "all", both, wide)] + [
         (
             "group",
@@ -328,43 +405,10 @@ def audit_agreement(
         )
         for ds, m in wide.select("dataset", "model").unique().sort("dataset", "model").iter_rows()
     ]
-    for kind, scope, part, all_items in groups:
-        a = part["a_correct"].cast(pl.Int64).to_numpy()
-        b = part["b_correct"].cast(pl.Int64).to_numpy()
-        n = a.size
-        agree = (a == b).astype(np.float64)
-        if n:
-            w = bootstrap_counts(n, n_boot, _rng(seed, scope, "raw_agreement"))
-            p_lo, p_hi = percentile_ci((w @ agree) / w.sum(axis=1), ci_level)
-            k_lo, k_hi = percentile_ci(kappa_bootstrap(a, b, n_boot, _rng(seed, scope, "kappa")), ci_level)
-        else:
-            p_lo = p_hi = k_lo = k_hi = float("nan")
-        inc = part.filter(~pl.col("a_correct") & ~pl.col("b_correct"))
-        dis = part.filter(pl.col("_differs"))
-        rows.append(
-            {
-                "scope_kind": kind,
-                "scope": scope,
-                "annotator_a": a_id,
-                "annotator_b": b_id,
-                "n_items": n,
-                "n_agree": int(agree.sum()),
-                "raw_agreement": float(agree.mean()) if n else float("nan"),
-                "raw_agreement_lo": p_lo,
-                "raw_agreement_hi": p_hi,
-                "kappa": cohen_kappa(a, b) if n else float("nan"),
-                "kappa_lo": k_lo,
-                "kappa_hi": k_hi,
-                "n_both_incorrect": inc.height,
-                "category_agreement": float((inc["a_category"] == inc["b_category"]).mean()) if inc.height else None,
-                "n_disagreements": dis.height,
-                "n_joint": int(dis["j_correct"].is_not_null().sum()),
-                "n_undecided": int(dis["j_correct"].is_null().sum()),
-                "n_incomplete": all_items.height - part.height,
-                "n_boot": n_boot,
-                "ci_level": ci_level,
-            }
-        )
+    rows = [
+        _agreement_row(kind, scope, part, all_items, (a_id, b_id), n_boot=n_boot, seed=seed, ci_level=ci_level)
+        for kind, scope, part, all_items in groups
+    ]
     return AuditAgreement(pl.DataFrame(rows, schema=AGREEMENT_SCHEMA), disagreements, consensus)
 
 

