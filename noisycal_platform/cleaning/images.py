@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
@@ -320,23 +321,65 @@ def _decode_resized(path: str, size: int) -> np.ndarray:
         return np.asarray(im, dtype=np.uint8)
 
 
+def _check_size(size: int, batch_size: int) -> None:
+    if int(size) != size or size < 1:
+        raise ValueError(f"size: must be a positive int, got {size!r}")
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
+
+
+def _decode_checked(path: str, size: int) -> np.ndarray:
+    try:
+        return _decode_resized(path, size)
+    except Exception as exc:  # Pillow raises many types; the file changed or vanished after raw/images read it
+        raise ImageDatasetError(f"{path}: cannot decode image ({exc.__class__.__name__}: {exc}); "
+                                "was it changed or removed after raw/images was read?") from exc
+
+
+def _decode_batch(paths: Sequence[str], size: int) -> np.ndarray:
+    """uint8 B×3×size×size (C-contiguous) of ``paths`` (B >= 1), decoded one file at a time."""
+    return np.ascontiguousarray(np.stack([_decode_checked(p, size) for p in paths]).transpose(0, 3, 1, 2))
+
+
+def iter_image_batches(
+    paths: Sequence[str | os.PathLike[str]], size: int, batch_size: int = 256, *, prefetch: bool = True
+) -> Iterator[np.ndarray]:
+    """The images of ``paths``, in order, as uint8 numpy batches B×3×size×size (RGB, squashed to a square with
+    bicubic; the pixels of :func:`load_images`): batch k holds ``paths[k·batch_size:(k+1)·batch_size]``.
+
+    Only the current batch (and, with ``prefetch``, the next one, decoded in a background thread while the
+    caller works on this one) is in memory, so a consumer that keeps no batch holds O(batch_size) pixels
+    whatever ``len(paths)`` is. Nothing is yielded for an empty list.
+    """
+    _check_size(size, batch_size)
+    names = [str(p) for p in paths]
+    chunks = [names[s:s + batch_size] for s in range(0, len(names), batch_size)]
+    if not prefetch:
+        for chunk in chunks:
+            yield _decode_batch(chunk, size)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(_decode_batch, chunks[0], size) if chunks else None
+        for c in range(len(chunks)):
+            assert ahead is not None
+            batch = ahead.result()
+            ahead = pool.submit(_decode_batch, chunks[c + 1], size) if c + 1 < len(chunks) else None
+            yield batch
+
+
 def load_images(paths: Sequence[str | os.PathLike[str]], size: int, *, batch_size: int = 512) -> torch.Tensor:
     """Decode images to a ``uint8`` tensor N×3×size×size (RGB, squashed to a square with bicubic).
 
     Decoding goes through Pillow one file at a time (no vectorised decoder exists) and is copied into a
-    preallocated array in batches of ``batch_size``.
+    preallocated array in batches of ``batch_size`` (:func:`iter_image_batches`). This holds all N images;
+    the embedding step streams them with :func:`iter_image_batches` instead.
     """
     import torch
 
-    if int(size) != size or size < 1:
-        raise ValueError(f"size: must be a positive int, got {size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    paths = [str(p) for p in paths]
+    _check_size(size, batch_size)
     out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-    for start in range(0, len(paths), batch_size):
-        chunk = paths[start:start + batch_size]
-        block = np.stack([_decode_resized(p, size) for p in chunk]) if chunk else None
-        if block is not None:
-            out[start:start + len(chunk)] = block.transpose(0, 3, 1, 2)
+    start = 0
+    for block in iter_image_batches(paths, size, batch_size, prefetch=False):
+        out[start:start + block.shape[0]] = block
+        start += block.shape[0]
     return torch.from_numpy(out)
