@@ -41,6 +41,7 @@ FRAME_SCHEMA = {
     "width": pl.Int64,
     "height": pl.Int64,
     "sha256": pl.String,
+    "file_bytes": pl.Int64,
 }
 EXCLUDED_SCHEMA = {
     "file_name": pl.String,
@@ -59,8 +60,9 @@ class ImageDataset:
     """A validated image dataset.
 
     ``frame``: one row per usable image, sorted by ``file_name``; columns ``file_name`` (posix path
-    relative to ``root``), ``label`` (str), ``path`` (absolute, resolved), ``width``, ``height``,
-    ``sha256`` (of the file bytes).
+    relative to ``root``), ``label`` (str), ``path`` (absolute, resolved), ``width``, ``height`` (the decoded
+    size), ``sha256`` (of the file bytes), ``file_bytes`` (the file's size). Only this list is kept: the pixels
+    are decoded again, a batch at a time, by the step that needs them (:func:`iter_image_batches`).
     ``excluded``: ``file_name``, ``row`` (1-based data row of labels.csv; line = row + 1; null for
     ImageFolder), ``column`` (``file_name``/``label``/null), ``reason``.
     ``content_hash``: :func:`dataset_content_hash` of ``frame``.
@@ -104,8 +106,9 @@ def dataset_content_hash(frame: pl.DataFrame) -> str:
     return h.hexdigest()
 
 
-def _probe_image(path: Path) -> tuple[int, int, str] | str:
-    """Decode fully (catches truncation); return (width, height, sha256) or an error string."""
+def _probe_image(path: Path) -> tuple[int, int, str, int] | str:
+    """Decode fully (catches truncation), keeping no pixels; return (width, height, sha256, file size in bytes)
+    or an error string."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone switched Pillow's global tolerance on
         return "Pillow LOAD_TRUNCATED_IMAGES is enabled; refusing to validate images"
     try:
@@ -120,7 +123,7 @@ def _probe_image(path: Path) -> tuple[int, int, str] | str:
         return f"unreadable or truncated image: {exc.__class__.__name__}: {exc}"
     if width < 1 or height < 1:
         return "image has zero size"
-    return width, height, hashlib.sha256(data).hexdigest()
+    return width, height, hashlib.sha256(data).hexdigest(), len(data)
 
 
 def _check_relative(name: str, root: Path) -> tuple[str, Path] | str:
@@ -270,9 +273,9 @@ def read_image_dataset(
         if isinstance(probe, str):
             excluded.append({"file_name": rel, "row": seen[rel][0], "column": None, "reason": probe})
             continue
-        w, h, sha = probe
+        w, h, sha, size = probe
         rows_ok.append({"file_name": rel, "label": lab, "path": str(resolved), "width": w, "height": h,
-                        "sha256": sha})
+                        "sha256": sha, "file_bytes": size})
 
     excluded_df = pl.DataFrame(excluded, schema=EXCLUDED_SCHEMA).sort("file_name")
     if strict and excluded_df.height:
