@@ -285,7 +285,7 @@ def _stream_dino_and_baseline(
             return
         base_out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, base_key),
                                                    (n, baseline_dim())))
-        stream = stack.enter_context(BaselineStream(n, cache_dir))
+        stream = stack.enter_context(BaselineStream(n, cache_dir, block_rows=batch_size))
 
         def feeding() -> Iterator[np.ndarray]:
             for batch in iter_image_batches(paths, size, batch_size):
@@ -305,7 +305,7 @@ def _stream_baseline(paths: list[str], size: int, cache_dir: str | os.PathLike[s
 
     n = len(paths)
     with writing_npy(cache_path(cache_dir, dataset_hash, key), (n, baseline_dim())) as out, \
-            BaselineStream(n, cache_dir) as stream:
+            BaselineStream(n, cache_dir, block_rows=batch_size) as stream:
         for batch in iter_image_batches(paths, size, batch_size):
             stream.add(batch)
         stream.finish(out)
