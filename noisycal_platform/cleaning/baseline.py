@@ -116,11 +116,13 @@ class BaselineStream:
     """:func:`baseline_embedding` of N images that arrive in batches, without holding them.
 
     The colour block is centred by the dataset's mean histogram, known only after the last image, so the rows
-    take two passes: :meth:`add` (each batch, in row order) keeps each image's unit thumbnail and histogram
-    (float64, one row per image) in memory-mapped scratch files under ``scratch`` and sums the histograms row
-    after row; :meth:`finish` writes the float32 rows into ``out`` (e.g. a memory-mapped cache entry),
-    ``block_rows`` at a time. Memory: one batch and one block, whatever N; disk: 8·(3·thumb_size² + bins³)
-    bytes per image while it runs (6.6 kB at the defaults), removed by :meth:`close` (use ``with``).
+    take two passes: :meth:`add` (each batch, in row order) appends each image's unit thumbnail and histogram
+    (float64, one row per image) to a scratch file under ``scratch`` and sums the histograms row after row;
+    :meth:`finish` reads the scratch file back ``block_rows`` rows at a time and writes the float32 rows into
+    ``out`` (e.g. a memory-mapped cache entry). Memory: one batch and one block, whatever N (the scratch file
+    is written and read with plain file I/O, not mapped, so it adds nothing to the resident set); disk:
+    8·(3·thumb_size² + bins³) bytes per image while it runs (6.6 kB at the defaults), removed by
+    :meth:`close` (use ``with``).
 
     The rows equal :func:`baseline_embedding` of all N images bit for bit: every step is row by row except
     the mean histogram, whose column sums are accumulated in the row order of NumPy's axis-0 reduction.
@@ -134,26 +136,22 @@ class BaselineStream:
             raise ValueError(f"block_rows: must be >= 1, got {block_rows!r}")
         Path(scratch).mkdir(parents=True, exist_ok=True)
         self.n, self.thumb_size, self.bins, self.block_rows = int(n), thumb_size, bins, block_rows
+        self._d_t, self._d_h = 3 * thumb_size * thumb_size, bins ** 3
         self._dir = Path(tempfile.mkdtemp(prefix=".baseline-", dir=scratch))
-        self._thumb = np.lib.format.open_memmap(self._dir / "thumb.npy", mode="w+", dtype=np.float64,
-                                                shape=(self.n, 3 * thumb_size * thumb_size))
-        self._hist = np.lib.format.open_memmap(self._dir / "hist.npy", mode="w+", dtype=np.float64,
-                                               shape=(self.n, bins ** 3))
-        self._sum = np.zeros(bins ** 3, dtype=np.float64)
+        self._file = open(self._dir / "rows.f64", "w+b")  # closed by close()
+        self._sum = np.zeros(self._d_h, dtype=np.float64)
         self.rows = 0
 
     def add(self, batch: Any) -> None:
         """Pass 1 for the next rows: uint8 B×3×H×W (array or tensor)."""
         xb = _as_uint8_numpy(batch)
         _check_args(xb, self.thumb_size, self.bins)
-        lo, hi = self.rows, self.rows + xb.shape[0]
-        if hi > self.n:
-            raise ValueError(f"batch: {hi} rows given, the stream was opened for n={self.n}")
+        if self.rows + xb.shape[0] > self.n:
+            raise ValueError(f"batch: {self.rows + xb.shape[0]} rows given, the stream was opened for n={self.n}")
         th, hist = _blocks(xb, self.thumb_size, self.bins)
-        self._thumb[lo:hi] = _unit(th)
-        self._hist[lo:hi] = hist
+        self._file.write(np.ascontiguousarray(np.concatenate([_unit(th), hist], axis=1)).tobytes())
         self._sum = np.add.reduce(np.concatenate([self._sum[None], hist]), axis=0)  # row after row
-        self.rows = hi
+        self.rows += xb.shape[0]
 
     def finish(self, out: np.ndarray) -> np.ndarray:
         """Pass 2: the N rows into ``out`` (float32 N×:func:`baseline_dim`); returns ``out``."""
@@ -163,14 +161,19 @@ class BaselineStream:
         if out.shape != want:
             raise ValueError(f"out: expected shape {want}, got {out.shape}")
         mean = self._sum / self.n
+        width = self._d_t + self._d_h
+        self._file.flush()
+        self._file.seek(0)
         for lo in range(0, self.n, self.block_rows):
             hi = min(lo + self.block_rows, self.n)
-            out[lo:hi] = _finish(np.asarray(self._thumb[lo:hi]), self._hist[lo:hi] - mean)
+            block = np.fromfile(self._file, dtype=np.float64, count=(hi - lo) * width).reshape(hi - lo, width)
+            out[lo:hi] = _finish(block[:, :self._d_t], block[:, self._d_t:] - mean)
         return out
 
     def close(self) -> None:
-        """Remove the scratch files."""
-        self._thumb = self._hist = None  # type: ignore[assignment]
+        """Remove the scratch file."""
+        if not self._file.closed:
+            self._file.close()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> BaselineStream:

@@ -135,7 +135,7 @@ def test_the_streamed_baseline_equals_the_in_memory_one_bit_for_bit(tmp_path):
         for s in range(0, len(x), 97):
             stream.add(x[s:s + 97])
         stream.finish(out)
-        assert len(list((tmp_path / "scratch").iterdir())) == 1  # the two scratch maps, in one folder
+        assert len(list((tmp_path / "scratch").iterdir())) == 1  # the scratch file, in its own folder
     np.testing.assert_array_equal(out, want)
     assert list((tmp_path / "scratch").iterdir()) == []  # removed on close
     with BaselineStream(2, tmp_path) as stream, pytest.raises(ValueError, match="n=2"):
