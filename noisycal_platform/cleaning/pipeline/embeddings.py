@@ -237,10 +237,17 @@ def embedding_matrices(
     hit = emb is not None
     if emb is None:
         def run() -> np.ndarray:
-            if client is not None:  # the workers decode their shards; the baseline streams here
-                sharded_embeddings(encoder["artifact"], encoder["sha256"], _encoder_dim(encoder), paths, cache_dir,
-                                   dataset_hash, dino_key, client=client, shard_rows=SHARD_ROWS,
-                                   batch_size=batch_size)
+            if client is not None:  # the workers decode their shards while the baseline streams here
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    shards = pool.submit(sharded_embeddings, encoder["artifact"], encoder["sha256"],
+                                         _encoder_dim(encoder), paths, cache_dir, dataset_hash, dino_key,
+                                         client=client, shard_rows=SHARD_ROWS, batch_size=batch_size)
+                    if base is None:
+                        _stream_baseline(paths, config.image_size, cache_dir, dataset_hash, base_key,
+                                         batch_size=batch_size)
+                    shards.result()
                 return np.empty((0, 0), np.float32)
             _stream_dino_and_baseline(encoder, paths, config.image_size, cache_dir, dataset_hash, dino_key,
                                       None if base is not None else base_key, device=device, batch_size=batch_size)
