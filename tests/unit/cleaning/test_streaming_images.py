@@ -178,6 +178,13 @@ def test_the_embedding_step_streams_the_file_list_and_equals_todays_in_memory_ro
     assert hit
     np.testing.assert_array_equal(pipeline_embeddings.embedding_matrix(frame, "dino"), want_dino)
     np.testing.assert_array_equal(pipeline_embeddings.embedding_matrix(frame, "baseline"), want_base)
+    for missing in sorted(cached):  # one entry lost: only that one is computed again, equal as before
+        (tmp_path / "cache" / missing).unlink()
+        emb, base, hit = pipeline_embeddings.embedding_matrices(table, row, tmp_path / "cache", device="cpu")
+        assert hit == missing.endswith("baseline-v1.npy")
+        np.testing.assert_array_equal(emb, want_dino)
+        np.testing.assert_array_equal(base, want_base)
+        assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cached
 
 
 def _traced_peak(fn) -> int:
