@@ -164,7 +164,8 @@ def confirmations(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg
 @RAW.asset(
     **BY_DATASET,
     schema=IMAGES_SCHEMA,
-    description="The images of one dataset (folder + labels.csv, or ImageFolder): file name, label, size, sha256. "
+    description="The file list of one dataset (folder + labels.csv, or ImageFolder): file name, label, path, decoded "
+    "width and height, sha256 and file size; never the pixels (the embedding step decodes them a batch at a time). "
     "Unreadable/truncated images and bad labels.csv rows are reported by name and excluded.",
 )
 def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output[pl.DataFrame]:
@@ -187,6 +188,7 @@ def images(context: dg.AssetExecutionContext, inbox: InboxResource) -> dg.Output
         frame,
         metadata={
             "images": frame.height,
+            "bytes": int(frame["file_bytes"].sum()),
             "labels": len(ds.labels),
             "layout": ds.layout,
             "root": str(ds.root),

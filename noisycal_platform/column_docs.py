@@ -68,6 +68,7 @@ GLOSSARY: dict[str, str] = {
     "width": "Image width in pixels.",
     "height": "Image height in pixels.",
     "sha256": "SHA-256 checksum of the file, to tell whether it changed.",
+    "file_bytes": "Size of the file in bytes.",
     "dataset_hash": "Checksum over the dataset's file names, file checksums and labels: changes when any image or "
     "label changes.",
     "root": "Folder the dataset was read from.",

@@ -15,8 +15,10 @@ import io
 import json
 import os
 import re
+import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +38,7 @@ __all__ = [
     "load_cached",
     "save_embeddings",
     "train_or_reuse_encoder",
+    "writing_npy",
 ]
 
 _HEX = re.compile(r"^[0-9a-zA-Z_.-]{1,128}$")
@@ -49,9 +52,9 @@ def cache_path(cache_dir: str | os.PathLike[str], dataset_hash: str, config_hash
     return Path(cache_dir) / f"{dataset_hash}__{config_hash}.npy"
 
 
-def _load(path: Path, n_rows: int | None) -> np.ndarray | None:
+def _load(path: Path, n_rows: int | None, mmap: bool = False) -> np.ndarray | None:
     try:
-        arr = np.load(path, allow_pickle=False)
+        arr = np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError):
         return None
     if arr.dtype != np.float32 or arr.ndim != 2 or (n_rows is not None and arr.shape[0] != n_rows):
@@ -70,10 +73,41 @@ def save_embeddings(path: str | os.PathLike[str], emb: np.ndarray) -> Path:
 
 
 def load_cached(cache_dir: str | os.PathLike[str], dataset_hash: str, config_hash: str,
-                n_rows: int | None = None) -> np.ndarray | None:
-    """The cached array, or None when absent/invalid (or its row count differs from ``n_rows``)."""
+                n_rows: int | None = None, *, mmap: bool = False) -> np.ndarray | None:
+    """The cached array, or None when absent/invalid (or its row count differs from ``n_rows``); with ``mmap``
+    memory-mapped read-only instead of read into memory."""
     p = cache_path(cache_dir, dataset_hash, config_hash)
-    return _load(p, n_rows) if p.is_file() else None
+    return _load(p, n_rows, mmap) if p.is_file() else None
+
+
+@contextmanager
+def writing_npy(final: str | os.PathLike[str], shape: tuple[int, int]) -> Iterator[np.memmap]:
+    """A float32 ``shape`` memory-mapped ``.npy`` to fill, which becomes ``final`` only when the block ends
+    without an exception.
+
+    The rows are written into ``.<final name>.<pid>.<random>.tmp`` beside ``final`` (its ``filename`` is that
+    path, so other processes on shared storage can open it with ``np.load(..., mmap_mode="r+")``); on success
+    it is flushed, fsynced and renamed onto ``final`` (``os.replace``, atomic on one file system), on an
+    exception it is removed. A process killed mid-way leaves only the hidden ``.tmp`` file, never a file
+    named like a cache entry, so a later run sees a miss and recomputes.
+    """
+    final = Path(final)
+    n, d = (int(v) for v in shape)
+    if n < 1 or d < 1:
+        raise ValueError(f"shape: expected positive rows and columns, got {shape!r}")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, d))
+        yield arr
+        arr.flush()
+        del arr
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
 
 
 def cached_embeddings(cache_dir: str | os.PathLike[str], dataset_hash: str, config_hash: str,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
@@ -40,6 +41,7 @@ FRAME_SCHEMA = {
     "width": pl.Int64,
     "height": pl.Int64,
     "sha256": pl.String,
+    "file_bytes": pl.Int64,
 }
 EXCLUDED_SCHEMA = {
     "file_name": pl.String,
@@ -58,8 +60,9 @@ class ImageDataset:
     """A validated image dataset.
 
     ``frame``: one row per usable image, sorted by ``file_name``; columns ``file_name`` (posix path
-    relative to ``root``), ``label`` (str), ``path`` (absolute, resolved), ``width``, ``height``,
-    ``sha256`` (of the file bytes).
+    relative to ``root``), ``label`` (str), ``path`` (absolute, resolved), ``width``, ``height`` (the decoded
+    size), ``sha256`` (of the file bytes), ``file_bytes`` (the file's size). Only this list is kept: the pixels
+    are decoded again, a batch at a time, by the step that needs them (:func:`iter_image_batches`).
     ``excluded``: ``file_name``, ``row`` (1-based data row of labels.csv; line = row + 1; null for
     ImageFolder), ``column`` (``file_name``/``label``/null), ``reason``.
     ``content_hash``: :func:`dataset_content_hash` of ``frame``.
@@ -103,8 +106,9 @@ def dataset_content_hash(frame: pl.DataFrame) -> str:
     return h.hexdigest()
 
 
-def _probe_image(path: Path) -> tuple[int, int, str] | str:
-    """Decode fully (catches truncation); return (width, height, sha256) or an error string."""
+def _probe_image(path: Path) -> tuple[int, int, str, int] | str:
+    """Decode fully (catches truncation), keeping no pixels; return (width, height, sha256, file size in bytes)
+    or an error string."""
     if ImageFile.LOAD_TRUNCATED_IMAGES:  # someone switched Pillow's global tolerance on
         return "Pillow LOAD_TRUNCATED_IMAGES is enabled; refusing to validate images"
     try:
@@ -119,7 +123,7 @@ def _probe_image(path: Path) -> tuple[int, int, str] | str:
         return f"unreadable or truncated image: {exc.__class__.__name__}: {exc}"
     if width < 1 or height < 1:
         return "image has zero size"
-    return width, height, hashlib.sha256(data).hexdigest()
+    return width, height, hashlib.sha256(data).hexdigest(), len(data)
 
 
 def _check_relative(name: str, root: Path) -> tuple[str, Path] | str:
@@ -269,9 +273,9 @@ def read_image_dataset(
         if isinstance(probe, str):
             excluded.append({"file_name": rel, "row": seen[rel][0], "column": None, "reason": probe})
             continue
-        w, h, sha = probe
+        w, h, sha, size = probe
         rows_ok.append({"file_name": rel, "label": lab, "path": str(resolved), "width": w, "height": h,
-                        "sha256": sha})
+                        "sha256": sha, "file_bytes": size})
 
     excluded_df = pl.DataFrame(excluded, schema=EXCLUDED_SCHEMA).sort("file_name")
     if strict and excluded_df.height:
@@ -320,23 +324,65 @@ def _decode_resized(path: str, size: int) -> np.ndarray:
         return np.asarray(im, dtype=np.uint8)
 
 
+def _check_size(size: int, batch_size: int) -> None:
+    if int(size) != size or size < 1:
+        raise ValueError(f"size: must be a positive int, got {size!r}")
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
+
+
+def _decode_checked(path: str, size: int) -> np.ndarray:
+    try:
+        return _decode_resized(path, size)
+    except Exception as exc:  # Pillow raises many types; the file changed or vanished after raw/images read it
+        raise ImageDatasetError(f"{path}: cannot decode image ({exc.__class__.__name__}: {exc}); "
+                                "was it changed or removed after raw/images was read?") from exc
+
+
+def _decode_batch(paths: Sequence[str], size: int) -> np.ndarray:
+    """uint8 B×3×size×size (C-contiguous) of ``paths`` (B >= 1), decoded one file at a time."""
+    return np.ascontiguousarray(np.stack([_decode_checked(p, size) for p in paths]).transpose(0, 3, 1, 2))
+
+
+def iter_image_batches(
+    paths: Sequence[str | os.PathLike[str]], size: int, batch_size: int = 256, *, prefetch: bool = True
+) -> Iterator[np.ndarray]:
+    """The images of ``paths``, in order, as uint8 numpy batches B×3×size×size (RGB, squashed to a square with
+    bicubic; the pixels of :func:`load_images`): batch k holds ``paths[k·batch_size:(k+1)·batch_size]``.
+
+    Only the current batch (and, with ``prefetch``, the next one, decoded in a background thread while the
+    caller works on this one) is in memory, so a consumer that keeps no batch holds O(batch_size) pixels
+    whatever ``len(paths)`` is. Nothing is yielded for an empty list.
+    """
+    _check_size(size, batch_size)
+    names = [str(p) for p in paths]
+    chunks = [names[s:s + batch_size] for s in range(0, len(names), batch_size)]
+    if not prefetch:
+        for chunk in chunks:
+            yield _decode_batch(chunk, size)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(_decode_batch, chunks[0], size) if chunks else None
+        for c in range(len(chunks)):
+            assert ahead is not None
+            batch = ahead.result()
+            ahead = pool.submit(_decode_batch, chunks[c + 1], size) if c + 1 < len(chunks) else None
+            yield batch
+
+
 def load_images(paths: Sequence[str | os.PathLike[str]], size: int, *, batch_size: int = 512) -> torch.Tensor:
     """Decode images to a ``uint8`` tensor N×3×size×size (RGB, squashed to a square with bicubic).
 
     Decoding goes through Pillow one file at a time (no vectorised decoder exists) and is copied into a
-    preallocated array in batches of ``batch_size``.
+    preallocated array in batches of ``batch_size`` (:func:`iter_image_batches`). This holds all N images;
+    the embedding step streams them with :func:`iter_image_batches` instead.
     """
     import torch
 
-    if int(size) != size or size < 1:
-        raise ValueError(f"size: must be a positive int, got {size!r}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    paths = [str(p) for p in paths]
+    _check_size(size, batch_size)
     out = np.empty((len(paths), 3, size, size), dtype=np.uint8)
-    for start in range(0, len(paths), batch_size):
-        chunk = paths[start:start + batch_size]
-        block = np.stack([_decode_resized(p, size) for p in chunk]) if chunk else None
-        if block is not None:
-            out[start:start + len(chunk)] = block.transpose(0, 3, 1, 2)
+    start = 0
+    for block in iter_image_batches(paths, size, batch_size, prefetch=False):
+        out[start:start + block.shape[0]] = block
+        start += block.shape[0]
     return torch.from_numpy(out)

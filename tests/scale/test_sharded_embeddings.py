@@ -44,3 +44,28 @@ def test_a_wrong_weights_hash_writes_no_entry(encoder, tmp_path):
     with pytest.raises(ValueError, match="sha256"):
         sharded_embeddings(path, "0" * 64, 32, images, tmp_path / "cache", "d" * 64, "c" * 16)
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_shards_of_the_file_list_decode_on_the_workers_and_equal_embed_bit_for_bit(encoder, tmp_path):
+    """Each task gets its shard of the file list (never pixels) and decodes it; with shards of whole forward
+    batches (shard_rows a multiple of batch_size) the rows equal ``embed`` of every decoded image exactly."""
+    from PIL import Image
+
+    from noisycal_platform.cleaning.images import load_images
+
+    enc, sha, path = encoder
+    rng = np.random.default_rng(2)
+    files = []
+    for i in range(150):
+        f = tmp_path / "ds" / f"im_{i:03d}.png"
+        f.parent.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, size=(int(rng.integers(20, 40)), 32, 3), dtype=np.uint8)).save(f)
+        files.append(str(f))
+    want = embed(enc, load_images(files, 32), batch_size=16)
+    with distributed.Client(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as client:
+        out = sharded_embeddings(path, sha, 32, files, tmp_path / "cache", "d" * 64, "c" * 16, client=client,
+                                 shard_rows=48, batch_size=16)
+    got = load_cached(tmp_path / "cache", "d" * 64, "c" * 16, n_rows=150)
+    assert out == cache_path(tmp_path / "cache", "d" * 64, "c" * 16)
+    np.testing.assert_array_equal(got, want)
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [out.name]

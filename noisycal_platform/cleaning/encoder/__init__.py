@@ -30,6 +30,7 @@ __all__ = [
     "EncoderConfig",
     "choose_encoder",
     "embed",
+    "embed_batches",
     "embed_for_cleaning",
     "embed_frozen",
     "load_checkpoint",
@@ -61,6 +62,13 @@ def embed(encoder: Encoder, images: Any, *, batch_size: int = 256) -> np.ndarray
     from ._dino import embed as _embed
 
     return _embed(encoder, images, batch_size=batch_size)
+
+
+def embed_batches(encoder: Encoder, batches: Any, out: np.ndarray) -> np.ndarray:
+    """:func:`embed` of images arriving in batches, one forward pass each, into ``out``; see ``_dino.embed_batches``."""
+    from ._dino import embed_batches as _embed
+
+    return _embed(encoder, batches, out)
 
 
 def save_encoder(encoder: Encoder, artifacts_dir: str | os.PathLike[str]) -> tuple[str, Path]:

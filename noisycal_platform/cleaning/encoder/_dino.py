@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -307,24 +307,42 @@ def embed(encoder: Encoder, images: object, *, batch_size: int = 256) -> np.ndar
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
     images = as_uint8_images(images)
+    out = np.empty((images.shape[0], encoder.dim), dtype=np.float32)
+    batches = (images[s:s + batch_size] for s in range(0, images.shape[0], batch_size))
+    return embed_batches(encoder, batches, out)
+
+
+def embed_batches(encoder: Encoder, batches: Iterable[object], out: np.ndarray) -> np.ndarray:
+    """:func:`embed` of images that arrive in batches (uint8 B×3×H×W arrays or tensors, in row order), one
+    forward pass per batch, the rows written into ``out`` (float32 N×dim, e.g. a memory-mapped file); returns
+    ``out``. The rows equal :func:`embed` with the same batch boundaries bit for bit."""
+    if not isinstance(encoder, Encoder):
+        raise ValueError(f"encoder: expected Encoder, got {type(encoder).__name__}")
+    if out.ndim != 2 or out.shape[1] != encoder.dim:
+        raise ValueError(f"out: expected N×{encoder.dim}, got shape {out.shape}")
     c = encoder.config
     net = encoder.backbone
     device = resolve_device(c.device)
     home = next(net.parameters()).device
     was_training = net.training
     net.to(device).eval()
-    out = np.empty((images.shape[0], encoder.dim), dtype=np.float32)
     old_threads = torch.get_num_threads()
     if c.num_threads is not None:
         torch.set_num_threads(c.num_threads)
+    s = 0
     try:
         with torch.no_grad(), mixed_precision(device):
-            for s in range(0, images.shape[0], batch_size):
-                x = _normalise(_to_float(images[s:s + batch_size], c.image_size, device))
+            for batch in batches:
+                x = _normalise(_to_float(as_uint8_images(batch), c.image_size, device))
+                if s + x.shape[0] > out.shape[0]:
+                    raise ValueError(f"batches: more than the {out.shape[0]} rows of out")
                 out[s:s + x.shape[0]] = F.normalize(net(x).float(), dim=-1).cpu().numpy()
+                s += x.shape[0]
     finally:
         torch.set_num_threads(old_threads)
         net.to(home).train(was_training)
+    if s != out.shape[0]:
+        raise ValueError(f"batches: {s} rows given, out has {out.shape[0]}")
     return out
 
 

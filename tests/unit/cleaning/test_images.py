@@ -42,11 +42,12 @@ def test_labels_csv_frame_schema_and_hashes(folder: Path) -> None:
     _csv(folder, [("a.png", "x"), ("sub/b.png", "y"), ("c.png", "x")])
     ds = read_image_dataset(folder)
     assert ds.layout == "labels_csv"
-    assert ds.frame.columns == ["file_name", "label", "path", "width", "height", "sha256"]
+    assert ds.frame.columns == ["file_name", "label", "path", "width", "height", "sha256", "file_bytes"]
     assert ds.frame["file_name"].to_list() == ["a.png", "c.png", "sub/b.png"]
     row = ds.frame.row(2, named=True)
     assert (row["width"], row["height"], row["label"]) == (6, 4, "y")
     assert row["sha256"] == hashlib.sha256((folder / "sub" / "b.png").read_bytes()).hexdigest()
+    assert row["file_bytes"] == os.path.getsize(folder / "sub" / "b.png")
     assert Path(row["path"]).is_absolute() and Path(row["path"]) == (folder / "sub" / "b.png").resolve()
     assert ds.excluded.height == 0
     assert ds.labels == ["x", "y"]
