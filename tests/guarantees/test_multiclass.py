@@ -84,8 +84,6 @@ def test_classwise_size_at_most_6_percent():
     assert rejected <= _runs.size_threshold(R_SIZE, 0.06) == 18, f"{rejected} of {R_SIZE} rejected"
 
 
-@pytest.mark.xfail(strict=True, reason="not met: measured 0.092 (23 of 250, threshold 18) on seeds "
-                   "23_030_000–23_030_249 (known channels): min of two p-values at .05, uncorrected; issue 23 item 2")
 def test_min_p_warn_check_size_at_most_6_percent():
     """The WARN check fires when the smaller Holm-adjusted p-value of the two kinds, min(1, 2·min(p_top_label,
     p_classwise)), is below .05 (`subgroups.holm_min_p`, the rule `calibration_test_not_rejected` imports).
