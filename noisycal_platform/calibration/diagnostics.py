@@ -30,7 +30,7 @@ approximate near the boundary and under weak identification.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.special import expit
@@ -42,6 +42,18 @@ from .inference import batched_em, bootstrap_p_value, simulate_answers
 __all__ = ["AssumptionChecks", "assumption_checks"]
 
 MIN_GAP = 0.05
+
+
+class RawStatistics(NamedTuple):
+    """Unscaled statistics of `raw_statistics`: (P,) pair excesses and (2K,) trends, observed and (R, ·) simulated;
+    ``identified`` (R,) marks the replicates whose refits are identified and finite."""
+
+    n_groups: int
+    independence: np.ndarray
+    trend: np.ndarray
+    independence_star: np.ndarray
+    trend_star: np.ndarray
+    identified: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -187,24 +199,14 @@ def _pooled_sd(observed: np.ndarray, replicates: np.ndarray) -> np.ndarray:
     return np.vstack([observed[None], replicates]).std(axis=0, ddof=1)
 
 
-def assumption_checks(
-    annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
-) -> AssumptionChecks:
-    """Conditional-independence and score-invariance checks of the channel model (Hanada and Futami 2026 §D.7).
+def raw_statistics(a: np.ndarray, s: np.ndarray, n_groups: int, n_replicates: int, seed: int) -> RawStatistics:
+    """The two checks' unscaled statistics on the data and on R tables simulated from the fitted shared model.
 
-    annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
-    their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3
-    (the two-annotator group model is exactly identified and has no excess moments, §D.2).
+    a : (n, K) annotation array (`as_annotation_array`), K ≥ 3; s : (n,) scores. The per-pair independence
+    excesses and the per-(class, annotator) trends, observed and simulated, before `_pooled_sd` scales them
+    (benchmarks/tune_assumption_checks.py reads them to compare scale constructions).
     """
-    a = as_annotation_array(annotations)
-    s = np.asarray(scores, float)
-    if s.shape != (a.shape[0],):
-        raise ValueError(f"scores must have shape ({a.shape[0]},), got {s.shape}")
     k = a.shape[1]
-    nan = float("nan")
-    if k < 3:
-        note = "needs three or more annotators: the two-annotator group model has no excess moments (§D.2)"
-        return AssumptionChecks(nan, nan, nan, nan, 0, 0, 0, note)
     codes = annotation_codes(a)
     groups = score_groups(s, n_groups)
     g = int(groups.max()) + 1
@@ -239,6 +241,28 @@ def assumption_checks(
     trend_star = _trend_contrasts(rep, spats, rprior, rfpr, rfnr)
     ok = ((1 - rfpr - rfnr).min(axis=1) > MIN_GAP) & np.isfinite(t_ind_star).all(axis=1)
     ok &= np.isfinite(trend_star).all(axis=1)
+    return RawStatistics(g, t_ind, trend, t_ind_star, trend_star, ok)
+
+
+def assumption_checks(
+    annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
+) -> AssumptionChecks:
+    """Conditional-independence and score-invariance checks of the channel model (Hanada and Futami 2026 §D.7).
+
+    annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
+    their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3
+    (the two-annotator group model is exactly identified and has no excess moments, §D.2).
+    """
+    a = as_annotation_array(annotations)
+    s = np.asarray(scores, float)
+    if s.shape != (a.shape[0],):
+        raise ValueError(f"scores must have shape ({a.shape[0]},), got {s.shape}")
+    k = a.shape[1]
+    nan = float("nan")
+    if k < 3:
+        note = "needs three or more annotators: the two-annotator group model has no excess moments (§D.2)"
+        return AssumptionChecks(nan, nan, nan, nan, 0, 0, 0, note)
+    g, t_ind, trend, t_ind_star, trend_star, ok = raw_statistics(a, s, n_groups, n_replicates, seed)
     sd_ind = _pooled_sd(t_ind, t_ind_star[ok])
     t_ind_star = ((t_ind_star / sd_ind) ** 2).sum(axis=1)
     t_ind = float(((t_ind / sd_ind) ** 2).sum())
