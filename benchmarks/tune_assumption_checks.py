@@ -9,7 +9,8 @@ unscaled statistics once per data set (`diagnostics.raw_statistics`, 100 replica
 Each under two bootstrap streams: the data's own integer seed (as the tier and the benchmark call the check)
 and an unrelated one (seed + 7,777,777). Prints the WARN rate at α = .05 of both checks under each.
 
-Usage: nice -n 10 python benchmarks/tune_assumption_checks.py [n_runs]   (default 500, ~4 min on 2 busy cores)
+Usage: nice -n 10 python benchmarks/tune_assumption_checks.py [n_runs] [first]   (default 500 runs from seed
+25_000_000 + first, first = 0; ~4–7 min on 2 busy cores)
 """
 
 from __future__ import annotations
@@ -51,10 +52,11 @@ def one(seed: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def main(n_runs: int = 500) -> None:
+def main(n_runs: int = 500, first: int = 0) -> None:
     t0 = time.perf_counter()
-    p = _runs.run_many(one, range(BASE, BASE + n_runs))
-    print(f"tuning seeds {BASE}–{BASE + n_runs - 1}; {time.perf_counter() - t0:.0f} s; WARN rate at α = .05 (count)")
+    start = BASE + first
+    p = _runs.run_many(one, range(start, start + n_runs))
+    print(f"tuning seeds {start}–{start + n_runs - 1}; {time.perf_counter() - t0:.0f} s; WARN rate at α = .05 (count)")
     print("| bootstrap stream | scale | independence | score invariance |")
     print("|---|---|---|---|")
     cases = [(st, sc) for st in ("data's seed", "other") for sc in ("replicates only", "pooled")]
@@ -64,4 +66,4 @@ def main(n_runs: int = 500) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 500, int(sys.argv[2]) if len(sys.argv) > 2 else 0)
