@@ -1,6 +1,6 @@
 """Multi-class calibration test (5 classes, 3 annotators, the issue-12 setting), top-label and classwise: interval
 coverage (target ≥ 93%), size (≤ 6%) and the size of the min-p WARN check (``calibration_test_not_rejected``: the
-smaller of the two kinds' p-values against α = .05; target ≤ 6%).
+smaller of the two kinds' Holm-adjusted p-values against α = .05; target ≤ 6%).
 
 The true confusion matrices are held fixed here (no refits) to keep the tier inside its time budget; the same
 quantities with estimated, refitted confusion matrices are measured in benchmarks/size_power.md and the slow tests.
