@@ -191,8 +191,8 @@ def _pooled_sd(observed: np.ndarray, replicates: np.ndarray) -> np.ndarray:
     alone lets each replicate inflate its own s.d. (a replicate in the tail, at |z| ≈ 2.6, by ≈ (z² − 1)/2R ≈ 3%
     at R = 100) while the observed statistic is scaled by a s.d. it took no part in: replicates in the tail are
     shrunk relative to the observed value and the p-value is too small. With the observed value left
-    out, the score-invariance check warned in 23 and 31 of 500 clean runs (two bootstrap streams, tuning seeds
-    25_000_000–25_000_499), with it pooled in 16 and 29 (benchmarks/size_power.md). NaN with fewer than two
+    out, the score-invariance check warned in 48 and 55 of 1,000 clean runs (two bootstrap streams, tuning seeds
+    25_000_000–25_000_999), with it pooled in 39 and 50 (benchmarks/size_power.md). NaN with fewer than two
     replicates."""
     if replicates.shape[0] < 2 or not np.isfinite(observed).all():
         return np.full(replicates.shape[1], np.nan)
