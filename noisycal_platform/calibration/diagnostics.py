@@ -12,12 +12,15 @@ obtain excess moments.
   answers, each from a two-annotator group model with a third annotator l (the identified pair-and-groups case,
   §4.2, §D.2); the model-implied agreement e_gjk = π_g[(1−b_j)(1−b_k) + b_j b_k] + (1 − π_g)[a_j a_k +
   (1−a_j)(1−a_k)] is compared with the observed agreement o_gjk on items labelled by both:
-  T = Σ_{g, j<k} n_gjk (o_gjk − e_gjk)² / (e_gjk(1 − e_gjk)). Dependence between j and k moves o, not e.
+  per pair the n_gjk-weighted mean excess Σ_g n_gjk (o_gjk − e_gjk) / Σ_g n_gjk, divided by its standard deviation
+  over the observed and the simulated tables together (`_pooled_sd`); T = the sum of their squares over pairs.
+  Dependence between j and k moves o, not e.
 - Score invariance: for every annotator and both error rates, the score statistic (Rao) of a linear trend
   over the ordered groups, θ_gj = θ_j + β·g, at the shared fit: Σ_g (g − ḡ)(x_gj − n_gj θ̂_j) with n_gj, x_gj
-  the group's posterior-weighted class count and errors (`_trend_contrasts`), standardised by its bootstrap
-  standard deviation; T = the largest |standardised trend| (a channel that drifts with the score). Weighting
-  by n_gj keeps groups that hold almost no item of a class (well-separated scores) from dominating T.
+  the group's posterior-weighted class count and errors (`_trend_contrasts`), standardised by its standard
+  deviation over the observed and the simulated tables together (`_pooled_sd`); T = the largest
+  |standardised trend| (a channel that drifts with the score). Weighting by n_gj keeps groups that hold almost
+  no item of a class (well-separated scores) from dominating T.
 Null distribution: R tables simulated from the fitted model with each item's presence pattern kept, every model
 refitted on each (vectorised EM); p = (1 + #{T* ≥ T}) / (1 + R). Replicates whose shared or pair refits are not
 identified (gap ≤ 0.05 or not finite) are counted and left out. As §D.7 says, such moment checks are themselves
@@ -27,7 +30,7 @@ approximate near the boundary and under weak identification.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.special import expit
@@ -39,6 +42,18 @@ from .inference import batched_em, bootstrap_p_value, simulate_answers
 __all__ = ["AssumptionChecks", "assumption_checks"]
 
 MIN_GAP = 0.05
+
+
+class RawStatistics(NamedTuple):
+    """Unscaled statistics of `raw_statistics`: (P,) pair excesses and (2K,) trends, observed and (R, ·) simulated;
+    ``identified`` (R,) marks the replicates whose refits are identified and finite."""
+
+    n_groups: int
+    independence: np.ndarray
+    trend: np.ndarray
+    independence_star: np.ndarray
+    trend_star: np.ndarray
+    identified: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -167,24 +182,31 @@ def _trend_contrasts(counts: np.ndarray, pats: np.ndarray, prior: np.ndarray, fp
     return np.concatenate(out, axis=1)
 
 
-def assumption_checks(
-    annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
-) -> AssumptionChecks:
-    """Conditional-independence and score-invariance checks of the channel model (Hanada and Futami 2026 §D.7).
+def _pooled_sd(observed: np.ndarray, replicates: np.ndarray) -> np.ndarray:
+    """Per-component s.d. (ddof 1) over the observed statistic and the identified replicates TOGETHER.
 
-    annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
-    their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3
-    (the two-annotator group model is exactly identified and has no excess moments, §D.2).
+    The scale is part of the test statistic, so it must be one symmetric function of all R + 1 tables: then,
+    were the observed table exchangeable with the simulated ones, its rank among them would be uniform and
+    p = (1 + #{T* ≥ T}) / (1 + R) exact (Davison & Hinkley 1997, §4.2.5). A scale taken from the replicates
+    alone lets each replicate inflate its own s.d. (a replicate in the tail, at |z| ≈ 2.6, by ≈ (z² − 1)/2R ≈ 3%
+    at R = 100) while the observed statistic is scaled by a s.d. it took no part in: replicates in the tail are
+    shrunk relative to the observed value and the p-value is too small. With the observed value left
+    out, the score-invariance check warned in 48 and 55 of 1,000 clean runs (two bootstrap streams, tuning seeds
+    25_000_000–25_000_999), with it pooled in 39 and 50 (benchmarks/size_power.md). NaN with fewer than two
+    replicates."""
+    if replicates.shape[0] < 2 or not np.isfinite(observed).all():
+        return np.full(replicates.shape[1], np.nan)
+    return np.vstack([observed[None], replicates]).std(axis=0, ddof=1)
+
+
+def raw_statistics(a: np.ndarray, s: np.ndarray, n_groups: int, n_replicates: int, seed: int) -> RawStatistics:
+    """The two checks' unscaled statistics on the data and on R tables simulated from the fitted shared model.
+
+    a : (n, K) annotation array (`as_annotation_array`), K ≥ 3; s : (n,) scores. The per-pair independence
+    excesses and the per-(class, annotator) trends, observed and simulated, before `_pooled_sd` scales them
+    (benchmarks/tune_assumption_checks.py reads them to compare scale constructions).
     """
-    a = as_annotation_array(annotations)
-    s = np.asarray(scores, float)
-    if s.shape != (a.shape[0],):
-        raise ValueError(f"scores must have shape ({a.shape[0]},), got {s.shape}")
     k = a.shape[1]
-    nan = float("nan")
-    if k < 3:
-        note = "needs three or more annotators: the two-annotator group model has no excess moments (§D.2)"
-        return AssumptionChecks(nan, nan, nan, nan, 0, 0, 0, note)
     codes = annotation_codes(a)
     groups = score_groups(s, n_groups)
     g = int(groups.max()) + 1
@@ -219,10 +241,32 @@ def assumption_checks(
     trend_star = _trend_contrasts(rep, spats, rprior, rfpr, rfnr)
     ok = ((1 - rfpr - rfnr).min(axis=1) > MIN_GAP) & np.isfinite(t_ind_star).all(axis=1)
     ok &= np.isfinite(trend_star).all(axis=1)
-    sd_ind = t_ind_star[ok].std(axis=0, ddof=1) if ok.sum() > 1 else np.full(t_ind_star.shape[1], np.nan)
+    return RawStatistics(g, t_ind, trend, t_ind_star, trend_star, ok)
+
+
+def assumption_checks(
+    annotations: Any, scores: Any, n_groups: int = 4, n_replicates: int = 200, seed: int = 0
+) -> AssumptionChecks:
+    """Conditional-independence and score-invariance checks of the channel model (Hanada and Futami 2026 §D.7).
+
+    annotations : (n, K), NaN (float) or −1 (int) = missing, K ≥ 3. scores : (n,) in [0, 1] (score groups are
+    their ``n_groups`` quantile groups). Returns statistics and bootstrap p-values; NaN with a note for K < 3
+    (the two-annotator group model is exactly identified and has no excess moments, §D.2).
+    """
+    a = as_annotation_array(annotations)
+    s = np.asarray(scores, float)
+    if s.shape != (a.shape[0],):
+        raise ValueError(f"scores must have shape ({a.shape[0]},), got {s.shape}")
+    k = a.shape[1]
+    nan = float("nan")
+    if k < 3:
+        note = "needs three or more annotators: the two-annotator group model has no excess moments (§D.2)"
+        return AssumptionChecks(nan, nan, nan, nan, 0, 0, 0, note)
+    g, t_ind, trend, t_ind_star, trend_star, ok = raw_statistics(a, s, n_groups, n_replicates, seed)
+    sd_ind = _pooled_sd(t_ind, t_ind_star[ok])
     t_ind_star = ((t_ind_star / sd_ind) ** 2).sum(axis=1)
     t_ind = float(((t_ind / sd_ind) ** 2).sum())
-    sd = trend_star[ok].std(axis=0, ddof=1) if ok.sum() > 1 else np.full(2 * k, np.nan)
+    sd = _pooled_sd(trend, trend_star[ok])
     t_inv = float(np.abs(trend / sd).max())
     t_inv_star = np.abs(trend_star[ok] / sd).max(axis=1)
     group_ok = bool(np.isfinite(trend).all())

@@ -53,8 +53,6 @@ def test_independence_check_size_at_most_6_percent():
     assert warned <= _runs.size_threshold(R_CHECKS, 0.06) == 18, f"{warned} of {R_CHECKS} warned"
 
 
-@pytest.mark.xfail(strict=True, reason="not met: measured 0.088 (22 of 250, threshold 18) on seeds "
-                   "23_060_000–23_060_249; issue 23 item 2")
 def test_score_invariance_check_size_at_most_6_percent():
     """n = 5,000, 100 replicates. R = 250: at most t = ⌊250·(0.06 + sqrt(0.06·0.94/250))⌋ = 18 false alarms
     (7.2%). A regression to 10% passes with P(Binom(250, 0.10) ≤ 18) = 0.081 ≤ 0.1; pass probability 0.826 at

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from noisycal_platform.calibration.diagnostics import _trend_contrasts, assumption_checks
+from noisycal_platform.calibration.diagnostics import _pooled_sd, _trend_contrasts, assumption_checks
 
 FPR = np.array([0.10, 0.05, 0.25])
 FNR = np.array([0.20, 0.10, 0.15])
@@ -76,6 +76,15 @@ def test_trend_contrasts_are_the_weighted_score_sums():
             var = theta * (1 - theta) * sum(n[cls, g, j] * (g - g_bar) ** 2 for g in range(3))
             expected.append(score / np.sqrt(var))
     np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+def test_scale_pools_the_observed_statistic_with_the_replicates():
+    """The s.d. that standardises the checks' statistics is taken over observed + replicates (R + 1 values), so
+    the statistic is one symmetric function of all tables: by hand, values 3 | 1, −1 → mean 1, s.d.
+    sqrt(((3−1)² + 0² + (−1−1)²) / 2) = 2; values 0 | 2, 4 → s.d. 2."""
+    got = _pooled_sd(np.array([3.0, 0.0]), np.array([[1.0, 2.0], [-1.0, 4.0]]))
+    np.testing.assert_allclose(got, [2.0, 2.0], rtol=1e-12)
+    assert np.isnan(_pooled_sd(np.array([1.0]), np.array([[2.0]]))).all()  # one replicate: no scale
 
 
 def test_fast_version_flags_violations_not_clean_data():

@@ -6,7 +6,13 @@ import polars as pl
 import pytest
 
 from noisycal_platform.calibration import estimate_channels
-from noisycal_platform.calibration.subgroups import SUBGROUP_ESTIMATOR, binary_subgroup_rows, holm, subgroup_rows
+from noisycal_platform.calibration.subgroups import (
+    SUBGROUP_ESTIMATOR,
+    binary_subgroup_rows,
+    holm,
+    holm_min_p,
+    subgroup_rows,
+)
 from noisycal_platform.calibration.tables import annotation_matrix
 from noisycal_platform.calibration.weights import aggregation_weights
 
@@ -19,6 +25,15 @@ def test_holm_equals_the_step_down_by_hand():
     np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.5]), [0.04, 0.09, 0.09, 0.5], rtol=1e-12)
     assert holm([0.6, 0.7]).tolist() == [1.0, 1.0]  # capped at 1 (exact: min(1, ·))
     assert holm([]).size == 0
+
+
+def test_holm_min_p_is_bonferroni_on_the_smallest():
+    # family rejected after Holm iff min(1, m·min p) < α: by hand for m = 2, 3 and with NaN (not run) left out
+    assert holm_min_p([0.03, 0.2]) == pytest.approx(0.06, rel=1e-12)
+    assert holm_min_p([0.2, 0.01, 0.5]) == pytest.approx(0.03, rel=1e-12)
+    assert holm_min_p([0.02, float("nan")]) == pytest.approx(0.02, rel=1e-12)
+    assert holm_min_p([0.7, 0.6]) == 1.0
+    assert np.isnan(holm_min_p([float("nan")]))
 
 
 def test_too_small_subgroups_are_listed_not_computed():
