@@ -65,13 +65,11 @@ def rank_near_duplicates(
     ``inliers``, ``verified`` null), or with ``rerank`` the learned embedding's exact k-NN candidates re-ranked by
     SIFT + geometric verification (:func:`~noisycal_platform.cleaning.rankings.verify.verified_near_duplicates`;
     ``score`` = d = (1 − cos)/2) in place of its top-k ranking (in this process). The baseline kind keeps its
-    plain ranking."""
-    files = image_files(images)
-    plain = pl.concat(
-        [near_duplicate_pairs(embedding_matrix(embeddings, kind), top_k, client).to_frame(files, kind)
-         for kind in EMBEDDING_KINDS]
-    )
-    return _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
+    plain ranking. The near-duplicate half of :func:`neighbour_rankings`."""
+    pairs, _ = neighbour_rankings(images, embeddings, top_k, label_errors=False, rerank=rerank, k=k,
+                                  min_inliers=min_inliers, combine=combine, client=client)
+    assert pairs is not None
+    return pairs
 
 
 def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, client: Any = None) -> pl.DataFrame:
@@ -95,18 +93,22 @@ def neighbour_rankings(
     for with a Dask ``client`` one pass of row-block tasks per embedding kind feeds both
     (:func:`near_duplicates_and_label_errors`), half the inner products of two passes. The tables equal the two
     functions' (pair for pair, score for score)."""
-    if not (near_duplicates and label_errors):
-        pairs = rank_near_duplicates(images, embeddings, top_k, rerank=rerank, k=k, min_inliers=min_inliers,
-                                     combine=combine, client=client) if near_duplicates else None
-        return pairs, rank_label_errors(images, embeddings, client) if label_errors else None
     files = image_files(images)
     labels = files["label"].to_numpy()
-    both = {kind: near_duplicates_and_label_errors(embedding_matrix(embeddings, kind), top_k, labels, client)
-            for kind in EMBEDDING_KINDS}
-    plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
-    errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
-    verified = _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine)
-    return verified, errors
+    if near_duplicates and label_errors:
+        both = {kind: near_duplicates_and_label_errors(embedding_matrix(embeddings, kind), top_k, labels, client)
+                for kind in EMBEDDING_KINDS}
+        plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
+        errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
+    else:
+        plain = pl.concat(
+            [near_duplicate_pairs(embedding_matrix(embeddings, kind), top_k, client).to_frame(files, kind)
+             for kind in EMBEDDING_KINDS]
+        ) if near_duplicates else None
+        errors = rank_label_errors(images, embeddings, client) if label_errors else None
+    if plain is None:
+        return None, errors
+    return _verified(images, embeddings, plain, rerank=rerank, k=k, min_inliers=min_inliers, combine=combine), errors
 
 
 # ------------------------------------------------------------------ which kernel: this process or row blocks
