@@ -3,8 +3,11 @@ provenance) and the embeddings it gives, with the non-learned baseline, cached b
 §3.6).
 
 Asset -> function: ``cleaning/ssl_encoder`` -> :func:`ssl_encoder_table` (of :func:`encoder_config` and
-:func:`encoder_choice`); ``cleaning/embeddings`` -> :func:`embeddings_table`. The DINO forward pass runs here
-or, with a Dask ``client``, sharded over its workers (:func:`dino_embeddings`).
+:func:`encoder_choice`); ``cleaning/embeddings`` -> :func:`embeddings_table` (:func:`embedding_matrices`: images
+streamed from their files; with a Dask ``client`` the DINO forward pass is sharded over its workers by shards
+of the file list, :func:`~noisycal_platform.cleaning.sharded_embeddings.sharded_embeddings`).
+:func:`dino_embeddings` does the same for pixels already in memory (a notebook's array); the asset does not use
+it.
 """
 
 from __future__ import annotations
@@ -180,7 +183,7 @@ def embeddings_table(
     """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
     the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash.
     ``timed(label, n_items, fn)``, when given, runs the DINO forward pass ``fn`` and reports its progress. With a
-    Dask ``client`` the DINO forward pass is sharded over its workers (:func:`dino_embeddings`); the frozen
+    Dask ``client`` the DINO forward pass is sharded over its workers (file-list shards); the frozen
     encoders and the baseline run here.
 
     Streaming: the images are read by their ``path`` column and decoded ``batch_size`` at a time
