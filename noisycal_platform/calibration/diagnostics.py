@@ -89,20 +89,26 @@ def _implied_agreement(prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, pair
 
 
 def _pair_fits(counts: np.ndarray, pats: np.ndarray, prior0: np.ndarray, fpr0: np.ndarray, fnr0: np.ndarray):
-    """Two-annotator score-group EM for every pair of columns on (R, G, P) tables: {(j, l): (prior, fpr, fnr)}."""
+    """Two-annotator score-group EM for every pair of columns on (R, G, P) tables: {(j, l): (prior, fpr, fnr)}.
+
+    The pairs run as blocks of one `batched_em` call (each stops on its own, as its own call would)."""
     k = pats.shape[1]
-    fits = {}
-    for j, l in zip(*np.triu_indices(k, 1), strict=True):  # loop over annotator pairs (K small)
+    r = counts.shape[0]
+    sp = np.stack([np.arange(9) % 3, np.arange(9) // 3], axis=1).astype(np.int8)[:8]  # code 8 = neither labelled
+    pairs = [(int(j), int(l)) for j, l in zip(*np.triu_indices(k, 1), strict=True)]
+    tables, fpr_s, fnr_s = [], [], []
+    for j, l in pairs:  # loop over annotator pairs (K small)
         sub = pats[:, [j, l]].astype(np.int64)
         code = sub[:, 0] + 3 * sub[:, 1]
         onto = np.zeros((pats.shape[0], 9))
         onto[np.arange(pats.shape[0]), code] = 1.0
-        x = counts @ onto  # (R, G, 9) counts of the pair's sub-patterns
-        sp = np.stack([np.arange(9) % 3, np.arange(9) // 3], axis=1).astype(np.int8)
-        x, sp = x[..., :8], sp[:8]  # code 8 = neither labelled
-        cols = [int(j), int(l)]
-        fits[(int(j), int(l))] = batched_em(x, sp, prior0, fpr0[:, cols], fnr0[:, cols])[:3]
-    return fits
+        tables.append((counts @ onto)[..., :8])  # (R, G, 8) counts of the pair's sub-patterns
+        fpr_s.append(fpr0[:, [j, l]])
+        fnr_s.append(fnr0[:, [j, l]])
+    prior_s = np.concatenate([np.broadcast_to(prior0, (r, prior0.shape[-1]))] * len(pairs))
+    fit = batched_em(np.concatenate(tables), sp, prior_s, np.concatenate(fpr_s), np.concatenate(fnr_s),
+                     blocks=np.repeat(np.arange(len(pairs)), r))
+    return {pair: tuple(x[i * r:(i + 1) * r] for x in fit[:3]) for i, pair in enumerate(pairs)}
 
 
 def _independence_stat(counts, pats, prior, fpr, fnr) -> np.ndarray:

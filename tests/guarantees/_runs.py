@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 from scipy.stats import binom
+from threadpoolctl import threadpool_limits
 
 from noisycal_platform.calibration import calibration_test
 from noisycal_platform.calibration.diagnostics import assumption_checks
@@ -47,14 +48,22 @@ def workers() -> int:
     return max(1, min(int(os.environ.get("NOISYCAL_GUARANTEE_WORKERS", "2")), os.cpu_count() or 1))
 
 
+def _single_threaded_blas() -> None:
+    """Pool initializer: one BLAS thread per worker. The workers already fill the cores, and OpenBLAS's own
+    threads (two per process on the CI box) only contend with the other worker and spin between calls."""
+    threadpool_limits(1, user_api="blas")
+
+
 def run_many(fn: Callable[[int], tuple[float, ...]], seeds: Sequence[int]) -> np.ndarray:
-    """``np.array([fn(s) for s in seeds])`` (rows in seed order), over a fork pool of `workers` processes."""
+    """``np.array([fn(s) for s in seeds])`` (rows in seed order), over a fork pool of `workers` processes
+    (single-threaded BLAS in each; chunks of ~1/32 of a worker's share, so that the last ones end together)."""
     seeds = list(seeds)
     n_proc = workers()
     if n_proc == 1:
         return np.array([fn(s) for s in seeds], dtype=float)
-    with ProcessPoolExecutor(n_proc, mp_context=multiprocessing.get_context("fork")) as pool:
-        return np.array(list(pool.map(fn, seeds, chunksize=max(1, len(seeds) // (8 * n_proc)))), dtype=float)
+    ctx = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(n_proc, mp_context=ctx, initializer=_single_threaded_blas) as pool:
+        return np.array(list(pool.map(fn, seeds, chunksize=max(1, len(seeds) // (32 * n_proc)))), dtype=float)
 
 
 # --- the binomial rules of the tier -------------------------------------------------------------------------------

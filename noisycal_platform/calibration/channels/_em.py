@@ -100,6 +100,87 @@ def run_em(
     return EMRun(prior, fpr, fnr, float(counts @ ll), it, converged)
 
 
+def run_em_batched(
+    pats: np.ndarray,
+    grp: np.ndarray,
+    counts: np.ndarray,
+    n_groups: int,
+    prior: np.ndarray,
+    fpr: np.ndarray,
+    fnr: np.ndarray,
+    max_iter: int = 5000,
+    tol: float = 1e-11,
+) -> list[EMRun]:
+    """`run_em` from S starts at once: prior (S, G), fpr and fnr (S, K) → one `EMRun` per start, in order.
+
+    Every start runs its own EM and stops on its own test (largest parameter change < ``tol``, ``max(...)``
+    taken as `run_em` does); a start that has stopped leaves the batch. Each start's arithmetic is the
+    same numpy operation sequence as `run_em`'s: the pattern sums are stacked matrix–vector products
+    ((P, K) @ (S, K, 1), (S, 1, P) @ (P, K): one BLAS gemv per start, the call `run_em` makes), the group
+    sums one `np.bincount` with a group offset per start, the rest elementwise; so the runs equal `run_em`'s
+    (tests/unit/calibration/channels/test_em_batched.py compares them on random tables). What is saved is the
+    per-call overhead of numpy on these small arrays, paid once per iteration instead of once per start.
+    """
+    obs1 = (pats == 1).astype(float)
+    obs = (pats != 2).astype(float)
+    obs0 = obs - obs1
+    prior = np.clip(np.array(prior, float, ndmin=2), EPS, 1 - EPS)
+    fpr = np.clip(np.array(fpr, float, ndmin=2), EPS, 1 - EPS)
+    fnr = np.clip(np.array(fnr, float, ndmin=2), EPS, 1 - EPS)
+    n_starts = prior.shape[0]
+    if fpr.shape[0] != n_starts or fnr.shape[0] != n_starts:
+        raise ValueError(f"starts disagree: prior {prior.shape}, fpr {fpr.shape}, fnr {fnr.shape}")
+    n_per_group = np.bincount(grp, weights=counts, minlength=n_groups)
+    out_prior, out_fpr, out_fnr = prior.copy(), fpr.copy(), fnr.copy()
+    n_iter = np.full(n_starts, max_iter)
+    converged = np.zeros(n_starts, bool)
+    live = np.arange(n_starts)  # starts still iterating; their rows in prior, fpr, fnr
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for it in range(1, max_iter + 1):  # EM iterations, each vectorised over the live starts
+            # E-step (`_e_step`, per start)
+            l1 = (obs1 @ np.log(1.0 - fnr)[:, :, None])[:, :, 0] + (obs0 @ np.log(fnr)[:, :, None])[:, :, 0]
+            l1 = l1 + np.log(prior)[:, grp]
+            l0 = (obs1 @ np.log(fpr)[:, :, None])[:, :, 0] + (obs0 @ np.log(1.0 - fpr)[:, :, None])[:, :, 0]
+            l0 = l0 + np.log(1.0 - prior)[:, grp]
+            m = np.maximum(l0, l1)
+            ll = m + np.log(np.exp(l0 - m) + np.exp(l1 - m))
+            gamma = np.exp(l1 - ll)
+            # M-step (`_m_step`, per start)
+            w1 = counts * gamma
+            w0 = counts - w1
+            offset = (np.arange(live.size) * n_groups)[:, None]
+            new_prior = np.bincount((grp + offset).ravel(), weights=w1.ravel(), minlength=live.size * n_groups)
+            new_prior = new_prior.reshape(live.size, n_groups) / n_per_group
+            w0r, w1r = w0[:, None, :], w1[:, None, :]
+            new_fpr = (w0r @ obs1)[:, 0, :] / (w0r @ obs)[:, 0, :]
+            new_fnr = 1.0 - (w1r @ obs1)[:, 0, :] / (w1r @ obs)[:, 0, :]
+            new_fpr = np.minimum(np.maximum(np.where(np.isnan(new_fpr), 0.5, new_fpr), EPS), 1 - EPS)
+            new_fnr = np.minimum(np.maximum(np.where(np.isnan(new_fnr), 0.5, new_fnr), EPS), 1 - EPS)
+            new_prior = np.minimum(np.maximum(new_prior, EPS), 1 - EPS)
+            # run_em's change = max(c_prior, c_fpr, c_fnr) (Python max: a later value replaces only if greater)
+            change = np.abs(new_prior - prior).max(axis=1)
+            for c in (np.abs(new_fpr - fpr).max(axis=1), np.abs(new_fnr - fnr).max(axis=1)):
+                change = np.where(c > change, c, change)
+            prior, fpr, fnr = new_prior, new_fpr, new_fnr
+            stop = change < tol
+            if stop.any():
+                done = live[stop]
+                out_prior[done], out_fpr[done], out_fnr[done] = prior[stop], fpr[stop], fnr[stop]
+                n_iter[done], converged[done] = it, True
+                keep = ~stop
+                live, prior, fpr, fnr = live[keep], prior[keep], fpr[keep], fnr[keep]
+                if not live.size:
+                    break
+    out_prior[live], out_fpr[live], out_fnr[live] = prior, fpr, fnr  # max_iter reached
+    runs = []
+    for s in range(n_starts):  # loop over starts (few): the final log-likelihood, as run_em computes it
+        _, ll_s = _e_step(obs1, obs0, grp, out_prior[s], out_fpr[s], out_fnr[s])
+        ll_total = float(counts @ ll_s)
+        params = (out_prior[s].copy(), out_fpr[s].copy(), out_fnr[s].copy())
+        runs.append(EMRun(*params, ll_total, int(n_iter[s]), bool(converged[s])))
+    return runs
+
+
 def _soft_vote_start(pats: np.ndarray, grp: np.ndarray, counts: np.ndarray, n_groups: int):
     obs = pats != 2
     n_obs = obs.sum(axis=1)
@@ -141,8 +222,8 @@ def fit_em_multistart(
             (rng.uniform(0.1, 0.9, n_groups), rng.uniform(0.02, 0.45, k), rng.uniform(0.02, 0.45, k))
         )
     runs: list[EMRun] = []
-    for prior0, fpr0, fnr0 in starts:
-        r = run_em(pats, grp, counts, n_groups, prior0, fpr0, fnr0, max_iter=max_iter, tol=tol)
+    stacked = (np.stack([np.asarray(x[i], float) for x in starts]) for i in range(3))
+    for r in run_em_batched(pats, grp, counts, n_groups, *stacked, max_iter=max_iter, tol=tol):
         if orient and np.sum(1.0 - r.fpr - r.fnr) < 0:
             p, a, b = exchange_labels(r.prior, r.fpr, r.fnr)
             r = EMRun(p, a, b, r.log_likelihood, r.n_iter, r.converged)

@@ -12,7 +12,13 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtr, ndtri
 
-__all__ = ["bootstrap_p_value", "debiased_abs_sum", "debiased_normal_interval", "folded_normal_mean"]
+__all__ = [
+    "bootstrap_p_value",
+    "debiased_abs_sum",
+    "debiased_normal_interval",
+    "folded_normal_mean",
+    "nanquantile_columns",
+]
 
 
 def folded_normal_mean(mu: Any, sigma: Any) -> np.ndarray:
@@ -79,3 +85,20 @@ def bootstrap_p_value(observed: float, null_replicates: Any) -> float:
     r = np.asarray(null_replicates, float)
     r = r[np.isfinite(r)]
     return float((1 + np.count_nonzero(r >= observed)) / (1 + r.size))
+
+
+def nanquantile_columns(x: Any, q: Any) -> np.ndarray:
+    """``np.nanquantile(x, q, axis=0)`` for a 2-D ``x``, the same values: the columns without NaN go through
+    ``np.quantile`` in one call (numpy's nanquantile sorts every column on its own, in a Python-level loop),
+    the others through ``np.nanquantile``; both interpolate linearly between the same order statistics."""
+    x = np.asarray(x, float)
+    if x.size == 0:  # numpy's own (odd) shapes for empty input
+        return np.nanquantile(x, q, axis=0)
+    q = np.asarray(q, float)
+    out = np.empty((*q.shape, x.shape[1]))
+    has_nan = np.isnan(x).any(axis=0)
+    if not has_nan.all():
+        out[..., ~has_nan] = np.quantile(x[:, ~has_nan], q, axis=0)
+    if has_nan.any():
+        out[..., has_nan] = np.nanquantile(x[:, has_nan], q, axis=0)
+    return out

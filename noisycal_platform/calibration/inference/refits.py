@@ -31,6 +31,7 @@ def batched_em(
     fnr: np.ndarray,
     max_iter: int = 500,
     tol: float = 1e-8,
+    blocks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """EM for class-conditional binary channels on R pattern-count tables at once (Hanada and Futami 2026 §F.1.1–F.1.2).
 
@@ -38,7 +39,12 @@ def batched_em(
     prior : (R, G) start π_g; fpr, fnr : (R, K) starts. The E/M updates are those of
     `channels._em` (products over observed annotators, counts-weighted closed-form M-step, clip to [ε, 1−ε]),
     followed by the global exchange (π, a, b) → (1−π, 1−b, 1−a) where Σ_j δ_j < 0.
-    Returns (prior, fpr, fnr, converged) with converged (R,) bool: largest parameter change < ``tol``.
+    All tables iterate until every one has converged (largest parameter change < ``tol``) or ``max_iter``.
+    blocks : optional (R,) labels: then each block of rows stops on its own (when all of its rows have
+    converged) and leaves the batch, so one call does the work of one call per block with the same results
+    (tests/unit/calibration/test_inference.py); the iterations left cost one set of numpy calls for all blocks.
+    Returns (prior, fpr, fnr, converged) with converged (R,) bool: largest parameter change < ``tol`` at the
+    last iteration of the row's block.
     """
     obs1 = (pats == 1).astype(float)
     obs = (pats != 2).astype(float)
@@ -46,6 +52,11 @@ def batched_em(
     prior, fpr, fnr = (np.clip(np.array(x, float), EM_EPS, 1 - EM_EPS) for x in (prior, fpr, fnr))
     n_g = counts.sum(axis=2)
     done = np.zeros(counts.shape[0], bool)
+    if blocks is not None:
+        block = np.unique(np.asarray(blocks), return_inverse=True)[1].ravel()
+        n_blocks = int(block.max()) + 1 if block.size else 0
+        live = np.arange(counts.shape[0])  # rows of the blocks still iterating
+        out = [prior.copy(), fpr.copy(), fnr.copy(), done.copy()]
     with np.errstate(invalid="ignore", divide="ignore"):
         for _ in range(max_iter):  # EM iterations, each vectorised over replicates
             l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ obs0.T  # (R, P)
@@ -63,8 +74,25 @@ def batched_em(
             )
             prior, fpr, fnr = new_prior, new_fpr, new_fnr
             done = change < tol
-            if done.all():
-                break
+            if blocks is None:
+                if done.all():
+                    break
+                continue
+            blk = block[live]
+            stop = np.bincount(blk, weights=~done, minlength=n_blocks)[blk] == 0  # every row of its block done
+            if stop.any():
+                rows = live[stop]
+                for target, value in zip(out, (prior, fpr, fnr, done), strict=True):
+                    target[rows] = value[stop]
+                keep = ~stop
+                live, prior, fpr, fnr, done = live[keep], prior[keep], fpr[keep], fnr[keep], done[keep]
+                counts, n_g = counts[keep], n_g[keep]
+                if not live.size:
+                    break
+    if blocks is not None:  # rows of blocks that reached max_iter
+        for target, value in zip(out, (prior, fpr, fnr, done), strict=True):
+            target[live] = value
+        prior, fpr, fnr, done = out
     flip = (1.0 - fpr - fnr).sum(axis=1) < 0
     if flip.any():
         prior[flip], fpr[flip], fnr[flip] = 1.0 - prior[flip], 1.0 - fnr[flip], 1.0 - fpr[flip]

@@ -16,7 +16,7 @@ from ..channels._base import annotation_codes
 from ..channels.known import as_channels
 from ..nc_ece import _ann_array, _check_n_bins, _check_scores, nc_ece
 from ..weights import WEIGHT_RULES, resolve_weights
-from .bins import bootstrap_p_value, debiased_normal_interval
+from .bins import bootstrap_p_value, debiased_normal_interval, nanquantile_columns
 from .refits import GROUP_METHODS, _pattern_labels, _Replicates, _weights_batch
 from .resampling import SUB, _bootstrap_draws, _Cells, _compress, _fine_bins, _null_counts
 
@@ -161,7 +161,7 @@ def _bin_columns(
     m_full[d_idx] = m_debias
     with np.errstate(invalid="ignore"):
         band = (
-            np.nanquantile(null_mean_y[:, idx], [0.025, 0.975], axis=0)
+            nanquantile_columns(null_mean_y[:, idx], [0.025, 0.975])
             if null_mean_y.shape[0]
             else np.full((2, idx.size), np.nan)
         )

@@ -128,15 +128,19 @@ def pattern_targets(tinv: np.ndarray, w: np.ndarray, labels: np.ndarray, present
     Ỹ_pc = Σ_{j present in p} w_jc (T_j^{-1})[a_pj, c] / Σ_{j present in p} w_jc (see module doc), 0 where the
     pattern is excluded (nobody answered, or the annotators present all have weight 0 for class c).
     tinv : (..., K, C, C) inverses; w : (..., K, C) weights; labels, present : (P, K) answers and presence.
-    Leading axes are replicates.
+    Leading axes are replicates; they broadcast, so inverses held fixed can be passed once as (K, C, C).
+    The sums over annotators run j = 0, 1, ..., K − 1, the order of numpy's reduction over that axis of a
+    (..., P, K, C) array (tests/unit/calibration/multiclass/test_corrected_nc_ece.py compares the two).
     """
-    k = labels.shape[1]
-    ytab = tinv[..., np.arange(k)[None, :], np.where(present, labels, 0), :]  # (..., P, K, C)
-    wp = present[:, :, None] * w[..., None, :, :]
-    den = wp.sum(axis=-2)
+    lab = np.where(present, labels, 0)
+    num = den = None
+    for j in range(labels.shape[1]):  # loop over annotators (K small), each vectorised over replicates, patterns
+        wj = present[:, j, None] * w[..., j, None, :]  # (..., P, C): w_jc where j answered pattern p
+        yj = tinv[..., j, lab[:, j], :] * wj  # (..., P, C): w_jc (T_j^{-1})[a_pj, c]
+        num, den = (yj, wj) if num is None else (num + yj, den + wj)
     inc = present.any(axis=1)[:, None] & (den > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        y = np.where(inc, (ytab * wp).sum(axis=-2) / den, 0.0)
+        y = np.where(inc, num / den, 0.0)
     return y, inc
 
 

@@ -51,6 +51,7 @@ import polars as pl
 from scipy import sparse
 
 from ..inference import CalibrationTest, bootstrap_p_value, debiased_normal_interval
+from ..inference.bins import nanquantile_columns
 from ..nc_ece import _check_n_bins
 from ._patterns import as_class_annotations, class_codes, pattern_digits
 from .corrected import (
@@ -260,6 +261,7 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
     Π_j T_j[Y_i, a_j]: one inverse-CDF draw over the answer vectors of its presence set; scores fixed."""
     n, c, k = lay.n, lay.c, lay.k
     cum_p = np.cumsum(p, axis=1)[:, :-1]  # (n, C−1): Y = #{c : cum_c ≤ u}
+    cum_cols = [np.ascontiguousarray(cum_p[:, col]) for col in range(c - 1)]
     prob = np.ones((c, lay.n_pat))  # P(pattern | Y = y) over the annotators present in the pattern
     for j in range(k):  # loop over annotators
         prob *= np.where(lay.present[:, j], t[j][:, np.minimum(lay.pats[:, j], c - 1)], 1.0)
@@ -282,7 +284,10 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
     fixed_scores[np.arange(lay.n_scells) % lay.n_masks == 0] = 0.0  # unannotated items are never included
 
     def draw(r: int):
-        q = q0 + (rng.random((r, n, 1)) >= cum_p[None]).sum(axis=2)
+        u = rng.random((r, n))  # the numbers of rng.random((r, n, 1)), in the same order
+        q = q0 + (u >= cum_cols[0])
+        for col in cum_cols[1:]:  # loop over classes (C − 1 comparisons), each vectorised over items
+            q += u >= col
         idx = np.clip(inverse(q + rng.random((r, n))), row_start[q], row_last[q])
         cell = (lay.slot[None] + entry_key[idx][:, :, None] + (np.arange(r) * lay.n_cells)[:, None, None]).ravel()
         cells = np.bincount(cell, minlength=r * lay.n_cells).reshape(r, lay.n_cells).astype(float)
@@ -370,7 +375,7 @@ def calibration_test_multiclass(
     rows, cols = np.nonzero(point.bin_n)
     with np.errstate(invalid="ignore"):
         band = (
-            np.nanquantile(n_mean_y[n_ok][:, rows, cols], [0.025, 0.975], axis=0)
+            nanquantile_columns(n_mean_y[n_ok][:, rows, cols], [0.025, 0.975])
             if n_ok.any()
             else np.full((2, rows.size), np.nan)
         )

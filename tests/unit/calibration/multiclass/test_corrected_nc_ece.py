@@ -21,6 +21,8 @@ from noisycal_platform.calibration.multiclass import (
     plugin_prevalence,
 )
 from noisycal_platform.calibration.multiclass import nc_ece as mc_nc_ece
+from noisycal_platform.calibration.multiclass._patterns import pattern_digits
+from noisycal_platform.calibration.multiclass.corrected import pattern_targets
 from tests.unit.calibration.multiclass._sim import asymmetric_confusions, draw_annotations, simulate
 
 
@@ -187,3 +189,36 @@ def test_bad_inputs_name_row_and_column():
         nc_ece_multiclass(p, aa, t, kind="classwise")
     with pytest.raises(ValueError, match="shape"):
         nc_ece_multiclass(p[:, :4], a, t)
+
+
+def _pattern_targets_reference(tinv, w, labels, present):
+    """`pattern_targets` before it summed per annotator: the (..., P, K, C) table and numpy's sums over K."""
+    k = labels.shape[1]
+    ytab = tinv[..., np.arange(k)[None, :], np.where(present, labels, 0), :]
+    wp = present[:, :, None] * w[..., None, :, :]
+    den = wp.sum(axis=-2)
+    inc = present.any(axis=1)[:, None] & (den > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(inc, (ytab * wp).sum(axis=-2) / den, 0.0)
+    return y, inc
+
+
+def test_pattern_targets_equal_the_reference_table():
+    """Random confusion inverses and weights (some 0), 2–5 classes, 1–4 annotators, with and without replicate
+    axes (inverses per replicate, fixed, or broadcast): the same labels and masks, to the last bit."""
+    rng = np.random.default_rng(2312)
+    for _ in range(80):
+        c, k, r = int(rng.integers(2, 6)), int(rng.integers(1, 5)), int(rng.integers(1, 20))
+        pats = pattern_digits(np.arange((c + 1) ** k), k, c)
+        present = pats < c
+        t = rng.dirichlet(np.ones(c), size=(r, k, c)) + 3 * np.eye(c)
+        tinv = np.linalg.inv(t / t.sum(axis=-1, keepdims=True))
+        w = rng.random((r, k, c))
+        w[rng.random(w.shape) < 0.25] = 0.0
+        for ti in (tinv, tinv[0], np.broadcast_to(tinv[0], tinv.shape)):
+            for ww in (w, w[0]):
+                y, inc = pattern_targets(ti, ww, pats, present)
+                y_ref, inc_ref = _pattern_targets_reference(ti, ww, pats, present)
+                assert y.shape == y_ref.shape
+                np.testing.assert_array_equal(y, y_ref)
+                np.testing.assert_array_equal(inc, inc_ref)
