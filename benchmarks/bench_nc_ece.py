@@ -135,6 +135,7 @@ def measure(args: argparse.Namespace) -> dict:
         f"{fw[0]:.4f} s (min {fw[1]:.4f}); ours / floor {ow[0] / fw[0]:.2f}x (target <= 4x)"
     )
     return {"n": args.n, "ours_s": ow[0], "duckdb_s": dw[0], "floor_s": fw[0], "value": res.value,
+            "ours_cpu_s": oc[0], "duckdb_cpu_s": _stats(dcpu)[0],
             "duckdb_diff": abs(duck - res.value), "float64_diff": abs(resf.value - res.value)}
 
 
@@ -143,7 +144,8 @@ def rows(m: dict, quick: bool = False) -> list[dict]:
     return [
         row("nc_ece", what, m["ours_s"], "s", peer="DuckDB GROUP BY, same formula (2 threads)",
             peer_value=m["duckdb_s"], goal=("ratio", ">=", 10.0), quick=quick,
-            note=f"|NC-ECE ours - DuckDB| {m['duckdb_diff']:.1e}; int8 vs float64 path {m['float64_diff']:.1e}"),
+            note=f"|NC-ECE ours - DuckDB| {m['duckdb_diff']:.1e}; int8 vs float64 path {m['float64_diff']:.1e}; "
+                 f"CPU seconds (median) ours {m['ours_cpu_s']:.3f}, DuckDB {m['duckdb_cpu_s']:.3f}"),
         row("nc_ece", what, m["ours_s"], "s", peer="bandwidth floor (one numpy reduction, same bytes)",
             peer_value=m["floor_s"], ratio_of="ours/peer", goal=("ratio", "<=", 4.0), quick=quick),
     ]

@@ -40,7 +40,13 @@ def block(doc: dict[str, Any], source: str) -> str:
         "",
         rt.markdown_table(rows),
     ]
-    notes = [f"- {r['what']}: {r['note']}" for r in rows if r.get("note")]
+    notes = []
+    for r in rows:
+        extra = [r["note"]] if r.get("note") else []
+        if r.get("load_before") is not None:
+            extra.append(f"load average {r['load_before']:.1f} when it started")
+        if extra:
+            notes.append(f"- {r['what']}: {'; '.join(extra)}")
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)

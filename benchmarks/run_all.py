@@ -130,6 +130,7 @@ def run_bench(b: Bench, quick: bool, work: Path, timeout: float | None = None) -
     env = {**os.environ, **b.env, "PYTHONPATH": os.pathsep.join(
         [str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])])}
     log(f"== {b.name}: {' '.join(cmd[3:])}")
+    load = os.getloadavg()[0]
     t = time.perf_counter()
     try:
         rc = subprocess.run(cmd, env=env, cwd=REPO, check=False, timeout=timeout).returncode
@@ -141,6 +142,7 @@ def run_bench(b: Bench, quick: bool, work: Path, timeout: float | None = None) -
     rows = json.loads(out.read_text())
     for r in rows:
         r["bench"] = b.name  # the rows belong to the benchmark that ran (the key of --merge)
+        r["load_before"] = load  # 1-minute load average when it started (a shared box: times are under load)
     return rows or [rt.placeholder(b.name, b.title, "failed", b.goal, note="no rows written")]
 
 
