@@ -75,8 +75,14 @@ serve: $(STAMP)
 confirm: $(STAMP)
 	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal serve-confirmations
 
+# Every comparison against its named peer, in one table: benchmarks/run_all.py runs each benchmark niced in its own
+# process (fastdup in its own venv under .venv-peers/, built on first use), writes benchmarks/results/<date>.json,
+# and README's performance table is regenerated from the newest file. BENCH_ARGS: e.g. `--only nc_ece,rankings`,
+# `--quick` (smaller sizes), `--merge` (keep today's other rows), `--setup` (also a fresh clone's demo and test).
+BENCH_ARGS ?=
 bench: $(STAMP)
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; nice -n 10 $(BIN)/python $$b || exit 1; done
+	$(BIN)/python benchmarks/run_all.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/render_readme.py
 
 # the service's latency from a dropped annotation batch to the final calibration report (three drops, a table)
 bench-latency: $(STAMP)

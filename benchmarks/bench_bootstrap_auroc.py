@@ -12,6 +12,9 @@ Peer: `sklearn.metrics.roc_auc_score` on every materialised resample, run on a S
 extrapolated linearly to 10,000 (the full loop would take many minutes); the subset also checks exactness.
 
 Run: OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/bench_bootstrap_auroc.py
+
+``bench_rows`` returns the row of ``make bench`` (results_table): the extrapolated sklearn loop / ours
+``paired_bootstrap`` (goal ≥ 3,000×); ``--quick`` is 1,000 replicates with 5 through the sklearn loop.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from results_table import add_rows_arg, row, write_rows
 from sklearn.metrics import roc_auc_score
 
 from noisycal_platform.correctness import pipeline as cp
@@ -38,13 +42,24 @@ from noisycal_platform.correctness.bootstrap import paired_bootstrap, stratified
 from noisycal_platform.correctness.demo_data import write_demo_correctness_inputs
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n-boot", type=int, default=10_000)
-    ap.add_argument("--peer-replicates", type=int, default=20, help="replicates run through the sklearn loop")
+    ap.add_argument("--n-boot", type=int, default=None, help="replicates (default 10,000; --quick 1,000)")
+    ap.add_argument("--peer-replicates", type=int, default=None,
+                    help="replicates run through the sklearn loop (default 20; --quick 5)")
     ap.add_argument("--no-embedding", action="store_true", help="skip the MiniLM cosine criterion")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
+    return ap
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Times ours and a subset of the sklearn loop; prints as it goes."""
+    if args.n_boot is None:
+        args.n_boot = 1_000 if args.quick else 10_000
+    if args.peer_replicates is None:
+        args.peer_replicates = 5 if args.quick else 20
 
     home = Path(tempfile.mkdtemp(prefix="bench_corr_"))
     write_demo_correctness_inputs(home, seed=args.seed)
@@ -124,6 +139,29 @@ def main() -> None:
         f"vs whole criterion_audit: {peer_full / ours_asset:.0f}x"
     )
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    return {"n_boot": args.n_boot, "n_tasks": n_tasks, "n_items": int(hc.size), "ours_s": ours_core,
+            "asset_s": ours_asset, "peer_s": peer_full, "peer_k": k, "max_diff": max_diff, "calls": calls}
+
+
+def rows(m: dict, quick: bool = False) -> list[dict]:
+    what = (f"paired stratified bootstrap, {m['n_boot']:,} replicates × {m['n_tasks']} AUROC tasks "
+            f"({m['n_items']} items)")
+    return [row("bootstrap", what, m["ours_s"], "s",
+                peer=f"sklearn roc_auc_score loop (extrapolated from {m['peer_k']} replicates)",
+                peer_value=m["peer_s"], goal=("ratio", ">=", 3000.0), quick=quick,
+                note=f"max |ours - sklearn| {m['max_diff']:.1e} over {m['calls']} AUROCs; "
+                     f"whole criterion_audit {m['asset_s']:.2f} s")]
+
+
+def bench_rows(argv: list[str] | None = None) -> list[dict]:
+    """The comparison rows of ``make bench`` (runs the benchmark; ``argv`` as on the command line)."""
+    args = _parser().parse_args(argv)
+    return rows(measure(args), args.quick)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    write_rows(args.rows_json, rows(measure(args), args.quick))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Run by hand (once, niced):  nice -n 10 .venv/bin/python benchmarks/bench_dawid_s
 Data: fpr = (.05, .10, .15, .08, .20), fnr = (.12, .06, .10, .18, .09),
 prevalence .35, seed 3, dense binary labels. Ours takes the wide n×K array (its input format), crowd-kit the
 long task/worker/label DataFrame (its input format); building either input is not timed. Prints wall and CPU
-seconds, the speed-up, the largest estimate differences and the peak RSS.
+seconds, the speed-up, the largest estimate differences and the peak RSS. ``bench_rows`` returns the rows of
+``make bench`` (results_table): crowd-kit / ours with 10 starts (goal ≥ 200×) and the largest estimate difference
+(goal ≤ 1e-4); ``--quick`` is 200,000 items.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 import warnings
 
 import numpy as np
+from results_table import add_rows_arg, row, write_rows
 
 from noisycal_platform.calibration import estimate_channels
 
@@ -28,13 +31,21 @@ def _timed(fn):
     return out, time.perf_counter() - w0, time.process_time() - c0
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--n", type=int, default=None, help="items (default 1,000,000; --quick 200,000)")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-peer", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="200,000 items (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
+    return ap
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Times ours (10 starts, 1 start) and crowd-kit on the same labels; prints as it goes."""
+    if args.n is None:
+        args.n = 200_000 if args.quick else 1_000_000
     rng = np.random.default_rng(args.seed)
     y = rng.random(args.n) < 0.35
     u = rng.random((args.n, 5))
@@ -59,8 +70,9 @@ def main() -> None:
         f"ours  fpr {np.round(fit.fpr, 4).tolist()} fnr {np.round(fit.fnr, 4).tolist()} "
         f"prevalence {fit.prevalence:.5f}"
     )
+    out = {"n": args.n, "ours_s": w_med, "ours_1start_s": wall1, "ours_cpu_s": c_med}
     if args.skip_peer:
-        return
+        return out
     import pandas as pd
     from crowdkit.aggregation import DawidSkene
 
@@ -95,6 +107,34 @@ def main() -> None:
         f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB "
         "(process, incl. crowd-kit)"
     )
+    diff = max(np.abs(fit.fpr - pfpr).max(), np.abs(fit.fnr - pfnr).max(), abs(fit.prevalence - pprev))
+    return {**out, "peer_s": pwall, "peer_cpu_s": pcpu, "max_diff": float(diff)}
+
+
+def rows(m: dict, quick: bool = False) -> list[dict]:
+    what = f"Dawid–Skene binary {m['n']:,} × 5, 10 starts (wall)"
+    if "peer_s" not in m:
+        return [row("dawid_skene", what, m["ours_s"], "s", quick=quick, note="peer skipped")]
+    return [
+        row("dawid_skene", what, m["ours_s"], "s", peer="crowd-kit DawidSkene (n_iter 100, tol 1e-7)",
+            peer_value=m["peer_s"], goal=("ratio", ">=", 200.0), quick=quick,
+            note=f"1 start: {m['ours_1start_s']:.3f} s; CPU seconds ours {m['ours_cpu_s']:.3f}, crowd-kit "
+                 f"{m['peer_cpu_s']:.1f} ({m['peer_cpu_s'] / m['ours_cpu_s']:.0f}×)"),
+        row("dawid_skene", f"Dawid–Skene binary {m['n']:,} × 5: max |estimate difference| vs crowd-kit",
+            m["max_diff"], "", peer="crowd-kit DawidSkene", goal=("ours", "<=", 1e-4), quick=quick,
+            note="fpr, fnr and prevalence"),
+    ]
+
+
+def bench_rows(argv: list[str] | None = None) -> list[dict]:
+    """The comparison rows of ``make bench`` (runs the benchmark; ``argv`` as on the command line)."""
+    args = _parser().parse_args(argv)
+    return rows(measure(args), args.quick)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    write_rows(args.rows_json, rows(measure(args), args.quick))
 
 
 if __name__ == "__main__":

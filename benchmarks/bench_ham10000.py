@@ -27,6 +27,10 @@ default ``fd.run()``).
         --fastdup-python /work/fastdup-venv/bin/python --out /tmp/ham_bench        # all images, timed: run idle
     .venv/bin/python benchmarks/bench_ham10000.py --limit 300 --no-full-ap --out /tmp/ham_smoke   # a subset
 
+``--rows-json F`` also writes the rows of ``make bench`` (results_table): the stage's wall time beside fastdup's
+(goal: under the 20-minute target) and recall@1000 of the verified ranking beside fastdup's (goal ≥ 0.29);
+``--quick`` is ``--limit 300 --no-full-ap``.
+
 Measured 2026-12-01 on all 10,015 images (AMD EPYC, 2 cores shared with other jobs: load 18.0 at the start,
 5.2 at the end; nice 10, ``--threads 1``; the stage 1,834 s wall, about 470 CPU seconds):
 
@@ -57,6 +61,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from results_table import add_rows_arg, row, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -323,7 +328,7 @@ def _row(name: str, m: dict, ap: float | None) -> tuple[str, str, str, str, str]
             f"{m['audited_in_top1000']} of {m['n_audited']}")
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--half", default="all", choices=["all", "tuning", "evaluation"],
                     help="lesion half (ham10000_tuning_lesions.csv): choose settings on tuning, report evaluation")
@@ -344,7 +349,16 @@ def main() -> None:
     ap.add_argument("--no-full-ap", dest="full_ap", action="store_false")
     ap.add_argument("--fastdup-python", type=Path, default=None, help="python of a venv with fastdup installed")
     ap.add_argument("--out", type=Path, default=Path("/tmp/ham_bench"))
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="--limit 300 --no-full-ap (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
+    return ap
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """The stage (and fastdup when ``--fastdup-python`` is given); prints the tables, returns the results."""
+    if args.quick:
+        args.limit = args.limit or 300
+        args.full_ap = False
     args.out.mkdir(parents=True, exist_ok=True)
     from sklearn.metrics import roc_auc_score
 
@@ -382,6 +396,7 @@ def main() -> None:
                  audited_in_candidates=int(np.isin(codes(audited, n), codes(v.pairs, n)).sum()))
         label = f"{name['learned']}, k = {choice.k} + SIFT verification, order {c} (this run)"
         results["rankings"][label] = m
+        results.setdefault("verified_primary", label)
         rows.append(_row(label, m, None))
     if args.fastdup_python is not None:
         fd_pairs, info = run_fastdup(args, files)
@@ -421,6 +436,37 @@ def main() -> None:
     print(f"  total: {stage_s:.1f} s = {stage_s / 60:.1f} min, {verdict} the {STAGE_BUDGET_S // 60}-minute target "
           f"({stage_cpu:.0f} CPU seconds, {stage_cpu / max(stage_s, 1e-9):.2f} cores busy on average; peak RSS "
           f"{peak_mb:.0f} MB; {st['n_features']:.0f} SIFT keypoints per image)")
+    return results
+
+
+def table_rows(res: dict, quick: bool = False) -> list[dict]:
+    n = res["n"]
+    fd = res.get("fastdup")
+    peer = f"fastdup {fd['fastdup']} default fd.run()" if fd and "fastdup" in fd else "fastdup (not run)"
+    note = f"fastdup failed: {fd['error'][-200:]}" if fd and "error" in fd else ""
+    ours = res["rankings"][res["verified_primary"]]
+    fd_rank = res["rankings"].get("fastdup")
+    return [
+        row("ham10000", f"HAM10000 cleaning stage, {n:,} images (wall)", res["stage_seconds"], "s", peer=peer,
+            peer_value=fd.get("wall_seconds") if fd and "error" not in fd else None,
+            goal=("ours", "<", float(STAGE_BUDGET_S)), quick=quick,
+            note=note or f"{res['stage_cpu_seconds']:.0f} CPU s; load {res['load_before'][0]:.1f} before"),
+        row("ham10000", f"HAM10000 near duplicates: recall@1000 of {res['n_pos']:,} same-lesion pairs",
+            ours["recall@1000"], "", peer=peer, peer_value=None if fd_rank is None else fd_rank["recall@1000"],
+            ratio_of="ours/peer", goal=("ours", ">=", 0.29), quick=quick,
+            note=f"audited pairs in top 1000: {ours['audited_in_top1000']} of {ours['n_audited']}"),
+    ]
+
+
+def bench_rows(argv: list[str] | None = None) -> list[dict]:
+    """The comparison rows of ``make bench`` (runs the benchmark; ``argv`` as on the command line)."""
+    args = _parser().parse_args(argv)
+    return table_rows(measure(args), args.quick)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    write_rows(args.rows_json, table_rows(measure(args), args.quick))
 
 
 if __name__ == "__main__":

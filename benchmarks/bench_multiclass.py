@@ -7,7 +7,9 @@ fixed number of EM iterations (tol = −inf; its ELBO stopping rule can stop ear
 decrease) so that both reach the same estimates; the largest differences are printed next to the speed-up.
 ``--peer-n`` runs crowd-kit (and ours again) on the first items only when the full size is too slow here.
 Part 2: classwise and top-label NC-ECE on 10,000,000 items × 7 classes × 3 annotators (10 % missing).
-Prints wall and CPU seconds and the peak RSS.
+Prints wall and CPU seconds and the peak RSS. ``bench_rows`` returns the rows of ``make bench`` (results_table):
+crowd-kit / ours at the peer's size (goal ≥ 300×) and the largest estimate difference (goal ≤ 1e-4); ``--quick``
+is 200,000 items and 1,000,000 for part 2.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import warnings
 
 import numpy as np
+from results_table import add_rows_arg, row, write_rows
 
 from noisycal_platform.calibration.multiclass import estimate_confusion, nc_ece_multiclass
 
@@ -75,21 +78,32 @@ def _peer(a: np.ndarray, n_iter: int):
         peer, wall, cpu = _timed(lambda: DawidSkene(n_iter=n_iter, tol=-np.inf).fit(long))
     e = peer.errors_
     t = np.zeros((K, C, C))
-    for (j, obs), row in e.iterrows():
-        t[int(j), :, int(obs)] = row.reindex(range(C)).to_numpy()
+    for (j, obs), entry in e.iterrows():
+        t[int(j), :, int(obs)] = entry.reindex(range(C)).to_numpy()
     return t, peer.priors_.reindex(range(C)).to_numpy(), wall, cpu
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--n", type=int, default=None, help="items (default 1,000,000; --quick 200,000)")
     ap.add_argument("--peer-n", type=int, default=None, help="crowd-kit on the first PEER_N items only")
     ap.add_argument("--peer-iter", type=int, default=80)
-    ap.add_argument("--ece-n", type=int, default=10_000_000)
+    ap.add_argument("--ece-n", type=int, default=None, help="part 2 items (default 10,000,000; --quick 1,000,000)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--skip-ece", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
+    return ap
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Part 1 (and part 2 unless skipped); prints as it goes, returns part 1's figures."""
+    if args.n is None:
+        args.n = 200_000 if args.quick else 1_000_000
+    if args.ece_n is None:
+        args.ece_n = 1_000_000 if args.quick else 10_000_000
+    out: dict = {"n": args.n}
     rng = np.random.default_rng(3)
     t_true = confusions()
     a, _ = draw(rng, args.n, t_true)
@@ -118,6 +132,9 @@ def main() -> None:
             f"max |prior diff| {np.abs(sfit.prevalence - pprior).max():.2e}"
         )
         print(f"speed-up at n={pn:,}: wall {pwall / swall:.1f}x, cpu {pcpu / scpu:.1f}x")
+        diff = max(np.abs(sfit.confusion - pt).max(), np.abs(sfit.prevalence - pprior).max())
+        out.update(peer_n=pn, ours_s=swall, peer_s=pwall, peer_iter=args.peer_iter, max_diff=float(diff),
+                   ours_cpu_s=scpu, peer_cpu_s=pcpu)
     if not args.skip_ece:
         del a
         rng = np.random.default_rng(5)
@@ -135,6 +152,35 @@ def main() -> None:
                 f"value {rr[-1][0].value:.5f}"
             )
     print(f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    out.setdefault("ours_s", wall)
+    return out
+
+
+def rows(m: dict, quick: bool = False) -> list[dict]:
+    n = m.get("peer_n", m["n"])
+    what = f"Dawid–Skene multi-class {n:,} × {K} × {C} classes, 10 starts (wall)"
+    if "peer_s" not in m:
+        return [row("multiclass", what, m["ours_s"], "s", quick=quick, note="peer skipped")]
+    return [
+        row("multiclass", what, m["ours_s"], "s", peer=f"crowd-kit DawidSkene ({m['peer_iter']} EM iterations)",
+            peer_value=m["peer_s"], goal=("ratio", ">=", 300.0), quick=quick,
+            note=f"CPU seconds ours {m['ours_cpu_s']:.3f}, crowd-kit {m['peer_cpu_s']:.1f} "
+                 f"({m['peer_cpu_s'] / m['ours_cpu_s']:.0f}×)"),
+        row("multiclass", f"Dawid–Skene multi-class {n:,} × {K} × {C}: max |estimate difference| vs crowd-kit",
+            m["max_diff"], "", peer="crowd-kit DawidSkene", goal=("ours", "<=", 1e-4), quick=quick,
+            note="confusion matrices and class prior"),
+    ]
+
+
+def bench_rows(argv: list[str] | None = None) -> list[dict]:
+    """The comparison rows of ``make bench`` (runs the benchmark; ``argv`` as on the command line)."""
+    args = _parser().parse_args(argv)
+    return rows(measure(args), args.quick)
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    write_rows(args.rows_json, rows(measure(args), args.quick))
 
 
 if __name__ == "__main__":

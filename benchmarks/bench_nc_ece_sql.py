@@ -4,7 +4,10 @@ the staged answer patterns, as in the warehouse) against the library (numpy, wid
 Prints wall times (median of --repeat runs) and the ratio SQL / library; checks the two tables agree to 1e-9.
 Peer in the same run: DuckDB's plain per-bin query over a *wide* table (the notes' ~0.15 s figure).
 
-    python benchmarks/bench_nc_ece_sql.py [--n 10000000] [--repeat 3]
+    python benchmarks/bench_nc_ece_sql.py [--n 10000000] [--repeat 3] [--quick] [--rows-json F]
+
+``--rows-json`` also writes the rows of ``make bench`` (results_table; no goal: the mart is the warehouse's
+path, reported beside the library); ``--quick`` is 1,000,000 items.
 """
 
 import argparse
@@ -15,6 +18,7 @@ from datetime import UTC, datetime
 import duckdb
 import numpy as np
 import polars as pl
+from results_table import add_rows_arg, row, write_rows
 
 from assets.sql_models import SQL_ROOT, parse_sql_model, run_sql_model
 from noisycal_platform.calibration import Channel, nc_ece
@@ -33,9 +37,13 @@ def _timed(fn, repeat):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--n", type=int, default=None, help="items (default 10,000,000; --quick 1,000,000)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="1,000,000 items (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
     args = ap.parse_args()
+    if args.n is None:
+        args.n = 1_000_000 if args.quick else 10_000_000
     rng = np.random.default_rng(0)
     n = args.n
     s = rng.beta(2, 3, n)
@@ -121,6 +129,11 @@ def main() -> None:
         f"   ratio peer/library = {peer_med / lib_med:.1f}x"
     )
     print(f"  max |residual_sql - residual_lib| = {err:.2e}   NC-ECE = {res.value:.10f}")
+    what = f"NC-ECE per-bin table {n:,} × 3 (library, numpy, median wall)"
+    write_rows(args.rows_json, [
+        row("nc_ece_sql", what, lib_med, "s", peer="SQL mart nc_ece_by_bin over staged patterns (DuckDB)",
+            peer_value=sql_med, quick=args.quick, note=f"max |residual diff| {err:.1e}"),
+    ])
 
 
 if __name__ == "__main__":

@@ -16,7 +16,11 @@ Cases (each in a fresh subprocess; peak memory = ``resource.getrusage(RUSAGE_SEL
   ``fastcluster.linkage_vector(X, 'single')`` (float64, Euclidean; heights compared as e²/4).
   fastcluster at 100,000 is skipped by default (~10 min) and extrapolated from 50,000 (marked [X]).
 
-Options: ``--sizes 20000,50000,100000``, ``--fastcluster-max 50000``, ``--skip-pairs``, ``--skip-sl``.
+Options: ``--sizes 20000,50000,100000``, ``--fastcluster-max 50000``, ``--skip-pairs``, ``--skip-sl``,
+``--pairs-n 100000`` (the pairs data: 1% near-duplicate copies, N/100 clusters), ``--quick`` (pairs at 20,000,
+single linkage at 5,000; rows labelled quick), ``--rows-json F``. ``bench_rows`` returns the rows of
+``make bench`` (results_table): faiss / ours for the exact pairs and for the label-error ranking (goal ≥ 5×),
+their peak memory (VmHWM, goal < 1 GB), and fastcluster / ours for single linkage (goal ≥ 30×).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_table import add_rows_arg, row, write_rows
 
 DIM = 192
 
@@ -41,13 +46,15 @@ def _unit32(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def make_pairs_data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """99k points (1000 clusters, sigma 0.5, 2% background) + 1000 near-duplicate copies (noise 0.05).
+def make_pairs_data(seed: int = 0, n: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
+    """0.99·n points (n/100 clusters, sigma 0.5, 2% background) + n/100 near-duplicate copies (noise 0.05);
+    n = 100,000: 99k points, 1000 clusters, 1000 copies.
 
     Labels: cluster id mod 2, 2% flipped; background points get random labels.
     """
     rng = np.random.default_rng(seed)
-    n_base, n_dup, n_clusters = 99_000, 1_000, 1_000
+    n_dup = n // 100
+    n_base, n_clusters = n - n_dup, max(n_dup, 2)
     c = rng.standard_normal((n_clusters, DIM))
     c /= np.linalg.norm(c, axis=1, keepdims=True)
     n_bg = int(0.02 * n_base)
@@ -100,8 +107,8 @@ def _hwm_mb() -> float:
 def _worker(case: str, data: Path, out: Path) -> None:
     if case.startswith("gen_"):  # data generation also runs in a subprocess: the driver stays small
         data.mkdir(parents=True, exist_ok=True)
-        if case == "gen_pairs":
-            x, y = make_pairs_data()
+        if case.startswith("gen_pairs"):
+            x, y = make_pairs_data(n=int(case.split("_")[-1]))
             np.save(data / "y.npy", y)
         else:
             x = make_sl_data(int(case.split("_")[-1]))
@@ -211,21 +218,30 @@ def _run(case: str, data: Path, out: Path) -> dict:
     return res
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker")
     ap.add_argument("--data")
     ap.add_argument("--out")
-    ap.add_argument("--sizes", default="20000,50000,100000")
+    ap.add_argument("--sizes", default=None, help="single-linkage sizes (default 20000,50000,100000; --quick 5000)")
     ap.add_argument("--fastcluster-max", type=int, default=50_000)
     ap.add_argument("--skip-pairs", action="store_true")
     ap.add_argument("--skip-sl", action="store_true")
-    a = ap.parse_args()
-    if a.worker:
-        _worker(a.worker, Path(a.data), Path(a.out))
-        return
+    ap.add_argument("--pairs-n", type=int, default=None, help="pairs data size (default 100,000; --quick 20,000)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run; rows labelled quick)")
+    add_rows_arg(ap)
+    return ap
 
+
+def measure(a: argparse.Namespace) -> dict:
+    """Runs the cases (each in its own subprocess); prints as it goes, returns their results."""
     import platform
+
+    if a.sizes is None:
+        a.sizes = "5000" if a.quick else "20000,50000,100000"
+    if a.pairs_n is None:
+        a.pairs_n = 20_000 if a.quick else 100_000
+    found: dict = {"sl": []}
 
     print(
         f"bench_rankings  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}  host {platform.node()}  "
@@ -235,14 +251,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_rankings_") as tmp:
         root = Path(tmp)
         if not a.skip_pairs:
-            print("\n[pairs + label errors] N = 100,000 x 192, top-10,000 pairs", flush=True)
+            print(f"\n[pairs + label errors] N = {a.pairs_n:,} x 192, top-10,000 pairs", flush=True)
             dpath = root / "pairs"
-            _run("gen_pairs", dpath, root)
+            _run(f"gen_pairs_{a.pairs_n}", dpath, root)
             ours = _run("nd_ours", dpath, root)
             le = _run("le_ours", dpath, root)
             fs = _run("faiss", dpath, root)
             pairs = np.load(root / "nd_pairs.npy")
-            keys_ours = pairs[:, 0] * 100_000 + pairs[:, 1]
+            keys_ours = pairs[:, 0] * a.pairs_n + pairs[:, 1]
             keys_faiss = np.load(root / "faiss_keys.npy")
             same = np.intersect1d(keys_ours, keys_faiss).size
             print(
@@ -253,6 +269,7 @@ def main() -> None:
                 f"  ratio ours/faiss: near duplicates {ours['time_s'] / fs['time_s']:.2f}, "
                 f"label errors {le['time_s'] / fs['time_s']:.2f}"
             )
+            found.update(pairs_n=a.pairs_n, nd=ours, le=le, faiss=fs, agree=same)
         if not a.skip_sl:
             print("\n[single linkage] D = 192", flush=True)
             t50 = None
@@ -270,6 +287,8 @@ def main() -> None:
                         f"merge heights max |diff| = {diff:.2e} (identical: {np.array_equal(h_ours, h_fc)})"
                     )
                     t50 = (n, fc["time_s"])
+                    found["sl"].append({"n": n, "ours_s": ours["time_s"], "peer_s": fc["time_s"], "diff": diff,
+                                        "identical": bool(np.array_equal(h_ours, h_fc))})
                 elif t50 is not None:
                     n0, t0 = t50
                     est = t0 * (n / n0) ** 2.14
@@ -278,6 +297,46 @@ def main() -> None:
                         f"(fitted to fastcluster's timings at smaller N): ~{est:.0f} s "
                         f"-> ratio ~{est / ours['time_s']:.1f}x"
                     )
+    return found
+
+
+def _mb(mib: float) -> float:
+    return mib * 1024 * 1024 / 1e6
+
+
+def rows(m: dict, quick: bool = False) -> list[dict]:
+    out = []
+    if "nd" in m:
+        n, fs = m["pairs_n"], m["faiss"]
+        peer = "faiss IndexFlatIP k = 11 + global top-10,000"
+        note = f"faiss agrees on {m['agree']:,} / 10,000 exact pairs; {fs['uncertified_rows']} rows uncertified"
+        for key, what in (("nd", f"exact top-10,000 near-duplicate pairs, N = {n:,} × {DIM}"),
+                          ("le", f"label-error ranking, N = {n:,} × {DIM}")):
+            r = m[key]
+            out.append(row("rankings", what, r["time_s"], "s", peer=peer, peer_value=fs["time_s"],
+                           goal=("ratio", ">=", 5.0), quick=quick, note=note if key == "nd" else ""))
+            out.append(row("rankings", f"{what}: peak memory (VmHWM)", _mb(r["hwm_mb"]), "MB", peer="faiss",
+                           peer_value=_mb(fs["hwm_mb"]), ratio_of="ours/peer", goal=("ours", "<", 1000.0),
+                           quick=quick, note=f"interpreter + data: {_mb(r['base_mb']):.0f} MB"))
+    for s in m.get("sl", []):
+        out.append(row("rankings", f"single linkage (irrelevant samples), N = {s['n']:,} × {DIM}", s["ours_s"], "s",
+                       peer="fastcluster.linkage_vector(single)", peer_value=s["peer_s"], goal=("ratio", ">=", 30.0),
+                       quick=quick, note=f"merge heights max |diff| {s['diff']:.1e} (identical: {s['identical']})"))
+    return out
+
+
+def bench_rows(argv: list[str] | None = None) -> list[dict]:
+    """The comparison rows of ``make bench`` (runs the benchmark; ``argv`` as on the command line)."""
+    args = _parser().parse_args(argv)
+    return rows(measure(args), args.quick)
+
+
+def main() -> None:
+    a = _parser().parse_args()
+    if a.worker:
+        _worker(a.worker, Path(a.data), Path(a.out))
+        return
+    write_rows(a.rows_json, rows(measure(a), a.quick))
 
 
 if __name__ == "__main__":
