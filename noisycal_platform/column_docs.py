@@ -163,7 +163,12 @@ GLOSSARY: dict[str, str] = {
     "log_loss": "Log loss against the clean reference labels (lower is better).",
     "brier": "Brier score against the clean reference labels (lower is better).",
     # --- cleaning: rankings and embeddings (SelfClean, Gröger et al. 2023) ------------------------------------
-    "vector": "The image's embedding (feature vector) used for ranking.",
+    "cache_key": "Name of the embedding cache entry within the dataset: the encoder (and its weights' checksum) "
+    "or the baseline version.",
+    "cache_file": "Full path of the embedding cache file (float32 .npy, one row per image in index order) that "
+    "holds the vectors the rankings use.",
+    "n_rows": "Rows of the embedding file: one per image.",
+    "dim": "Columns of the embedding file: the length of each image's vector.",
     "rank": "Place in the ranking (0 = most suspicious).",
     "inliers": "Matched keypoints when a near-duplicate pair was verified geometrically (empty when not verified).",
     "verified": "Whether geometric verification confirmed the pair (empty when not run).",
@@ -335,6 +340,11 @@ TABLE_OVERRIDES: dict[str, dict[str, str]] = {
     "raw/generations": {"answer": "The answer parsed from the model's output (empty when malformed)."},
     "raw/images": {"sha256": "SHA-256 of the image file.", "path": "Full path of the image file."},
     "cleaning/ssl_encoder": {"sha256": "SHA-256 of the trained encoder checkpoint."},
+    "cleaning/embeddings": {
+        "sha256": "SHA-256 of the embedding cache file, checked before a ranking reads it.",
+        "embedding_kind": "Which image representation the file holds: 'dino' (the dataset's encoder) or "
+        "'baseline' (pixel features).",
+    },
     "calibration/channel_estimates": {
         "method": f"Channel estimator used (e.g. dawid_skene, {_NC}).",
         "n_items": "Items used to estimate the channels.",

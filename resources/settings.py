@@ -16,6 +16,8 @@ from typing import Literal
 import dagster as dg
 from pydantic import Field, field_validator
 
+from noisycal_platform.cleaning.embedding_cache import TRAIN_SAMPLE
+
 __all__ = ["SettingsResource", "load_settings"]
 
 
@@ -38,6 +40,9 @@ class SettingsResource(dg.ConfigurableResource):
     encoder_preset: str = "demo"  # demo | paper | ham_cpu
     # numeric EncoderConfig fields to override on the preset, e.g. {"epochs": 20}
     encoder_overrides: dict[str, float] = Field(default_factory=dict)
+    # a dataset with more images trains its DINO encoder on a seeded sample of this many (decoded pixels bounded;
+    # every image is still embedded)
+    encoder_train_sample: int = Field(default=TRAIN_SAMPLE, ge=2)
     p_chance: float = 0.05
     p_plus: float = 0.05
     queue_max_per_type: int | None = None  # None = every ranked candidate (Gröger et al. 2023 §3.3: no silent cap)

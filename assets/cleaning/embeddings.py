@@ -11,7 +11,6 @@ from assets.policy import CLEANING, COMPUTE
 from assets.progress import epoch_progress, timed
 from noisycal_platform.cleaning.pipeline.embeddings import (
     EMBEDDING_KINDS,
-    embedding_matrix,
     embeddings_table,
     encoder_choice,
     encoder_config,
@@ -54,6 +53,7 @@ def ssl_encoder(
         artifacts=inbox.layout.artifacts,
         choice=choice,
         progress=epoch_progress(context, "ssl_encoder"),
+        train_sample=settings.encoder_train_sample,
     )
     row = frame.row(0, named=True)
     return dg.Output(
@@ -64,6 +64,7 @@ def ssl_encoder(
             "preset": row["preset"],
             "reused_cached_weights": row["reused"],
             "train_seconds": row["train_seconds"],
+            "train_images": row["n_images"],
             "images_per_second": row["images_per_second"],
             **choice.metadata(),
         },
@@ -74,8 +75,9 @@ def ssl_encoder(
     **COMPUTE,
     ins={**IMAGES_IN, "ssl_encoder": dg.AssetIn(SSL_ENCODER)},
     schema=EMBEDDINGS_SCHEMA,
-    description="One row per image and embedding kind: the L2-normalised teacher CLS token (dino) and the "
-    "non-learned baseline (downsampled pixels + colour histogram), cached by content hash.",
+    description="One row per embedding kind naming the cache file (float32 .npy, one row per image in index "
+    "order, with its sha256) that holds the L2-normalised teacher CLS token (dino) or the non-learned baseline "
+    "(downsampled pixels + colour histogram), cached by content hash; the rankings open it memory-mapped.",
 )
 def embeddings(
     context: dg.AssetExecutionContext,
@@ -96,7 +98,9 @@ def embeddings(
             timed=lambda label, n, fn: timed(context, label, n, fn),
             client=client,
         )
-    dims = {f"dim_{k}": embedding_matrix(frame, k).shape[1] for k in EMBEDDING_KINDS}
-    meta = {"images": images.height, **dims, "cache_hit": hit, "encoder": encoder["preset"],
+    kinds = {row["embedding_kind"]: row for row in frame.iter_rows(named=True)}
+    dims = {f"dim_{k}": kinds[k]["dim"] for k in EMBEDDING_KINDS}
+    files = {f"cache_file_{k}": dg.MetadataValue.path(kinds[k]["cache_file"]) for k in EMBEDDING_KINDS}
+    meta = {"images": images.height, **dims, **files, "cache_hit": hit, "encoder": encoder["preset"],
             "encoder_sha256": encoder["sha256"]}
     return dg.Output(frame, metadata=meta)

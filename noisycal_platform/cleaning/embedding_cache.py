@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from noisycal_platform.cleaning.encoder import EncoderConfig
 
 __all__ = [
+    "TRAIN_SAMPLE",
     "EncoderArtifact",
     "cache_path",
     "cached_embeddings",
@@ -38,6 +39,7 @@ __all__ = [
     "load_cached",
     "save_embeddings",
     "train_or_reuse_encoder",
+    "train_sample_rows",
     "writing_npy",
 ]
 
@@ -137,6 +139,31 @@ class EncoderArtifact:
     train_seconds: float
     images_per_second: float
     reused: bool = False
+    #: images trained on when the dataset was larger than the training sample (None: every image)
+    train_images: int | None = None
+
+
+#: default ``train_sample`` of :func:`train_or_reuse_encoder` (settings ``encoder_train_sample``): a dataset with
+#: more images trains its DINO encoder on a seeded sample of this many (pixels O(sample), not O(N); the
+#: embeddings are still computed for every image). 20,000 keeps HAM10000 (10,015 images) whole.
+TRAIN_SAMPLE = 20_000
+
+
+def train_sample_rows(n: int, sample: int, seed: int) -> np.ndarray:
+    """The rows (sorted) DINO trains on for a dataset of ``n`` images: all of them when ``n <= sample``, else
+    ``sample`` drawn without replacement by ``numpy.random.default_rng(seed)``."""
+    if isinstance(sample, bool) or int(sample) != sample or sample < 2:
+        raise ValueError(f"encoder_train_sample: must be an int >= 2, got {sample!r}")
+    if n <= sample:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, size=int(sample), replace=False))
+
+
+def _sampled_key(config_hash: str, sample: int) -> str:
+    """The index key of an encoder trained on a sample: the configuration and the sample size."""
+    import hashlib
+
+    return hashlib.sha256(f"{config_hash}:train_sample={int(sample)}".encode()).hexdigest()
 
 
 def encoder_index_path(artifacts: str | os.PathLike[str], dataset_hash: str, config_hash: str) -> Path:
@@ -154,6 +181,7 @@ def _read_index(index: Path, artifacts: Path) -> EncoderArtifact | None:
             train_seconds=float(entry["train_seconds"]),
             images_per_second=float(entry["images_per_second"]),
             reused=True,
+            train_images=int(entry["train_images"]) if "train_images" in entry else None,
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -166,21 +194,33 @@ def train_or_reuse_encoder(
     config: EncoderConfig,
     artifacts: str | os.PathLike[str],
     progress: Callable[[dict], None] | None = None,
+    *,
+    train_sample: int = TRAIN_SAMPLE,
 ) -> EncoderArtifact:
     """The dataset's encoder: the indexed weights when (dataset_hash, config.config_hash) was trained before and
     its file exists, else DINO trained from random initialisation (Gröger et al. 2023 §3.6) on ``image_paths`` (in
     embedding-row order), stored content-addressed and indexed. ``images_per_second`` = N·epochs / seconds.
     ``progress`` is passed to ``train_encoder`` (one call per epoch).
+
+    A dataset of more than ``train_sample`` images trains on ``train_sample`` of them
+    (:func:`train_sample_rows`, seeded by ``config.seed``, kept in row order), decoded in batches into one
+    array of the sample only, so memory is bounded whatever N is; its index entry is keyed by the
+    configuration and the sample size and records ``train_images``. Up to ``train_sample`` images nothing
+    changes: every image, the same index entry, the same weights.
     """
     from noisycal_platform.cleaning.encoder import save_encoder, train_encoder
     from noisycal_platform.cleaning.images import load_images
 
     artifacts = Path(artifacts)
-    index = encoder_index_path(artifacts, dataset_hash, config.config_hash)
+    rows = train_sample_rows(len(image_paths), train_sample, getattr(config, "seed", 0))
+    sampled = rows.size < len(image_paths)
+    key = _sampled_key(config.config_hash, train_sample) if sampled else config.config_hash
+    index = encoder_index_path(artifacts, dataset_hash, key)
     found = _read_index(index, artifacts) if index.is_file() else None
     if found is not None:
         return found
-    pixels = load_images(list(image_paths), config.image_size)
+    paths = [image_paths[int(i)] for i in rows] if sampled else list(image_paths)
+    pixels = load_images(paths, config.image_size)
     start = time.perf_counter()
     encoder = train_encoder(pixels, config, progress=progress)
     seconds = time.perf_counter() - start
@@ -190,7 +230,8 @@ def train_or_reuse_encoder(
         file=path.name,
         train_seconds=round(seconds, 3),
         images_per_second=round(len(pixels) * config.epochs / max(seconds, 1e-9), 2),
+        train_images=len(pixels) if sampled else None,
     )
-    entry = {k: v for k, v in asdict(trained).items() if k != "reused"}
+    entry = {k: v for k, v in asdict(trained).items() if k != "reused" and v is not None}
     atomic_write_text(index, json.dumps(entry, sort_keys=True))
     return trained

@@ -199,7 +199,7 @@ def test_d4_views_make_the_rotated_copy_coincide(tmp_path_factory):
     home, _ = _home(tmp_path_factory, "d4", settings)
     emb = sql(home, "SELECT * FROM cleaning.embeddings")
     dino = embedding_matrix(emb, "dino")
-    names = emb.filter(pl.col("embedding_kind") == "dino").sort("idx")["file_name"].to_list()
+    names = sql(home, "SELECT file_name FROM raw.images ORDER BY idx")["file_name"].to_list()  # rows in idx order
     a, b = dino[names.index("scene_0.png")], dino[names.index("scene_0_rotated.png")]
     assert float(a @ b) == pytest.approx(1.0, abs=1e-4)
     other = dino[names.index("scene_1.png")]

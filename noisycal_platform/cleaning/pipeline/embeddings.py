@@ -41,8 +41,10 @@ __all__ = [
     "SHARD_ROWS",
     "STREAM_BATCH",
     "dino_embeddings",
+    "embedding_manifest",
     "embedding_matrices",
     "embedding_matrix",
+    "embedding_source",
     "embeddings_table",
     "encoder_choice",
     "encoder_config",
@@ -130,14 +132,17 @@ def ssl_encoder_table(
     artifacts: str | os.PathLike[str],
     choice: EncoderChoice,
     progress: Callable[[dict], None] | None = None,
+    train_sample: int | None = None,
 ) -> pl.DataFrame:
     """One row (``ENCODER_SCHEMA``) for the encoder of ``choice`` (:func:`encoder_choice`): the dataset's DINO
     encoder, trained or reused (:func:`~noisycal_platform.cleaning.embedding_cache.train_or_reuse_encoder`, Gröger et
     al. 2023
     §3.6), ``progress`` receiving one event per training epoch; or, with an EfficientNet-Lite or a ``checkpoint``
     file, the frozen weights' provenance (path, sha256). The choice and its reason fill the ``CHOICE_SCHEMA``
-    columns."""
-    from noisycal_platform.cleaning.embedding_cache import train_or_reuse_encoder
+    columns. A DINO encoder of a dataset larger than ``train_sample`` (default
+    :data:`~noisycal_platform.cleaning.embedding_cache.TRAIN_SAMPLE`) trains on a seeded sample of that many
+    images; ``n_images`` is the number trained on."""
+    from noisycal_platform.cleaning.embedding_cache import TRAIN_SAMPLE, train_or_reuse_encoder
 
     encoder, checkpoint, views, image_size = choice.encoder, choice.checkpoint, choice.views, choice.image_size
     if encoder not in ENCODERS:
@@ -152,7 +157,8 @@ def ssl_encoder_table(
                **_frozen_encoder_row(encoder, checkpoint, views, image_size), **choice.metadata()}
         return pl.DataFrame([row], schema=ENCODER_SCHEMA)
     found: EncoderArtifact = train_or_reuse_encoder(
-        images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress
+        images.sort("idx")["path"].to_list(), dataset_hash, config, artifacts, progress=progress,
+        train_sample=TRAIN_SAMPLE if train_sample is None else train_sample,
     )
     row = {
         "dataset_hash": dataset_hash,
@@ -161,7 +167,7 @@ def ssl_encoder_table(
         "config_json": json.dumps(config.to_dict(), sort_keys=True),
         "sha256": found.sha256,
         "artifact": str(Path(artifacts) / found.file),
-        "n_images": images.height,
+        "n_images": images.height if found.train_images is None else found.train_images,
         "train_seconds": float(found.train_seconds),
         "images_per_second": float(found.images_per_second),
         "reused": found.reused,
@@ -188,12 +194,14 @@ def embeddings_table(
 
     Streaming: the images are read by their ``path`` column and decoded ``batch_size`` at a time
     (:func:`embedding_matrices`); the rows are written into memory-mapped cache entries, so no step holds
-    more than a batch of pixels. The returned frame holds the vectors (float32 N×D per kind), not the pixels.
+    more than a batch of pixels. The returned frame is a manifest, one row per kind (``EMBEDDINGS_SCHEMA``):
+    the cache entry's path, shape and sha256, never the vectors, so the table stays a few hundred bytes
+    whatever N is; :func:`embedding_matrix` opens an entry memory-mapped after checking its size and sha256.
     """
     ordered = images.sort("idx")
     emb, base, hit = embedding_matrices(ordered, encoder, cache_dir, device=device, timed=timed, client=client,
                                         batch_size=batch_size)
-    return _embedding_frame(ordered, emb, base), hit
+    return embedding_manifest(str(ordered["dataset_hash"][0]), emb, base), hit
 
 
 def embedding_matrices(
@@ -365,7 +373,36 @@ def _frozen_embedding_matrices(
     return emb, base, hit
 
 
+def embedding_manifest(dataset_hash: str, emb: np.memmap, base: np.memmap) -> pl.DataFrame:
+    """``EMBEDDINGS_SCHEMA``: one row per kind (:data:`EMBEDDING_KINDS`) naming the cache entry that holds its
+    vectors (the memory maps :func:`embedding_matrices` returns): path, rows, columns, file size and sha256
+    (read from the file in 1 MiB blocks, so hashing adds nothing to the process's memory)."""
+    from noisycal_platform.files import sha256_file
+
+    rows = []
+    for kind, matrix in zip(EMBEDDING_KINDS, (emb, base), strict=True):
+        filename = getattr(matrix, "filename", None)
+        if filename is None:
+            raise ValueError(f"embeddings ({kind}): expected a memory map of a cache entry, "
+                             f"got {type(matrix).__name__}")
+        path = Path(filename)
+        rows.append({
+            "embedding_kind": kind,
+            "dataset_hash": dataset_hash,
+            "cache_key": path.stem.split("__", 1)[-1],
+            "cache_file": str(path),
+            "n_rows": int(matrix.shape[0]),
+            "dim": int(matrix.shape[1]),
+            "file_bytes": path.stat().st_size,
+            "sha256": sha256_file(path),
+        })
+    return pl.DataFrame(rows, schema=EMBEDDINGS_SCHEMA)
+
+
 def _embedding_frame(ordered: pl.DataFrame, emb: np.ndarray, base: np.ndarray) -> pl.DataFrame:
+    """The vectors themselves, one row per image and kind (``idx``, ``file_name``, ``label``, ``embedding_kind``,
+    ``vector``): an in-memory table for notebooks and tests, which :func:`embedding_matrix` reads as well. The
+    asset stores the manifest instead (:func:`embedding_manifest`)."""
     files = ordered.select("idx", "file_name", pl.col("label").cast(pl.String))
     parts = [
         files.with_columns(
@@ -374,17 +411,61 @@ def _embedding_frame(ordered: pl.DataFrame, emb: np.ndarray, base: np.ndarray) -
         )
         for kind, matrix in zip(EMBEDDING_KINDS, (emb, base), strict=True)
     ]
-    return pl.concat(parts).cast(EMBEDDINGS_SCHEMA)
+    return pl.concat(parts)
 
 
-def embedding_matrix(embeddings: pl.DataFrame, kind: str) -> np.ndarray:
-    """The ``kind`` vectors of an ``EMBEDDINGS_SCHEMA`` table as a float32 N×D array in ``idx`` order."""
-    sub = embeddings.filter(pl.col("embedding_kind") == kind).sort("idx")
-    if sub.height == 0:
-        raise ValueError(f"embeddings: no rows of embedding_kind {kind!r}")
-    # vectorised List -> fixed-width Array -> 2-D array (no Python loop over images)
-    width = int(sub["vector"].list.len()[0])
-    return np.ascontiguousarray(sub["vector"].list.to_array(width).to_numpy(), np.float32)
+def _manifest_row(embeddings: pl.DataFrame, kind: str) -> dict[str, Any]:
+    sub = embeddings.filter(pl.col("embedding_kind") == kind)
+    if sub.height != 1:
+        raise ValueError(f"embeddings: expected one manifest row of embedding_kind {kind!r}, got {sub.height}")
+    return sub.row(0, named=True)
+
+
+def embedding_source(embeddings: pl.DataFrame, kind: str, *, verify: bool = True) -> str | np.ndarray:
+    """Where the ``kind`` vectors are: the path of the checked cache entry of a manifest (what a Dask task
+    opens memory-mapped on shared storage; :func:`embedding_matrix` checks it), or the N×D array of a vector
+    table."""
+    if "vector" in embeddings.columns:
+        return embedding_matrix(embeddings, kind)
+    row = _manifest_row(embeddings, kind)
+    embedding_matrix(embeddings, kind, verify=verify)
+    return str(row["cache_file"])
+
+
+def embedding_matrix(embeddings: pl.DataFrame, kind: str, *, verify: bool = True) -> np.ndarray:
+    """The ``kind`` vectors as a float32 N×D array in ``idx`` order.
+
+    ``embeddings`` is the ``cleaning/embeddings`` manifest (``EMBEDDINGS_SCHEMA``): the cache entry is opened
+    read-only memory-mapped (pages are read as the kernels touch them, none held beyond that), after
+    checking that the file is there with the recorded size, shape and (``verify``) sha256, so a cache entry
+    removed or rewritten since the step ran is an error naming the file, never other vectors. A table of
+    vectors (``vector`` column, :func:`_embedding_frame`) is read into memory as before."""
+    if "vector" in embeddings.columns:
+        sub = embeddings.filter(pl.col("embedding_kind") == kind).sort("idx")
+        if sub.height == 0:
+            raise ValueError(f"embeddings: no rows of embedding_kind {kind!r}")
+        # vectorised List -> fixed-width Array -> 2-D array (no Python loop over images)
+        width = int(sub["vector"].list.len()[0])
+        return np.ascontiguousarray(sub["vector"].list.to_array(width).to_numpy(), np.float32)
+    row = _manifest_row(embeddings, kind)
+    path = Path(row["cache_file"])
+    rerun = "; materialise cleaning/embeddings again"
+    if not path.is_file():
+        raise ValueError(f"embeddings ({kind}): cache entry {path} is missing{rerun}")
+    if path.stat().st_size != row["file_bytes"]:
+        raise ValueError(f"embeddings ({kind}): cache entry {path} has {path.stat().st_size} bytes, the manifest "
+                         f"records {row['file_bytes']}{rerun}")
+    if verify:
+        from noisycal_platform.files import sha256_file
+
+        if sha256_file(path) != row["sha256"]:
+            raise ValueError(f"embeddings ({kind}): cache entry {path} changed since cleaning/embeddings wrote "
+                             f"the manifest (sha256 differs){rerun}")
+    arr = np.load(path, allow_pickle=False, mmap_mode="r")
+    if arr.dtype != np.float32 or arr.shape != (row["n_rows"], row["dim"]):
+        raise ValueError(f"embeddings ({kind}): cache entry {path} holds {arr.dtype} {arr.shape}, the manifest "
+                         f"records float32 ({row['n_rows']}, {row['dim']}){rerun}")
+    return arr
 
 
 def dino_embeddings(

@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from noisycal_platform.cleaning import rankings as formulas
-from noisycal_platform.cleaning.pipeline.embeddings import EMBEDDING_KINDS, embedding_matrix
+from noisycal_platform.cleaning.pipeline.embeddings import EMBEDDING_KINDS, embedding_matrix, embedding_source
 from noisycal_platform.cleaning.pipeline.protocol_tables import image_files
 from noisycal_platform.cleaning.pipeline.schemas import NEAR_DUPLICATE_SCHEMA
 from noisycal_platform.cleaning.rankings.row_blocks import (
@@ -29,6 +29,7 @@ from noisycal_platform.cleaning.rankings.row_blocks import (
 from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
 
 __all__ = [
+    "BLOCK_BYTES",
     "ROW_BLOCKS",
     "VERIFY_MAX_SIDE",
     "label_error_ranking",
@@ -38,11 +39,15 @@ __all__ = [
     "rank_irrelevant",
     "rank_label_errors",
     "rank_near_duplicates",
+    "row_block_count",
     "stored_rankings",
 ]
 
 
 ROW_BLOCKS = 4  # row blocks per ranking on a cluster: 4·5/2 = 10 tasks (B_a × B_b, a <= b)
+#: largest row block on a cluster, in bytes of float32 rows: a task holds two blocks (memory-mapped pages and
+#: their normalised copy), so more rows or wider vectors get more blocks (the results do not depend on it)
+BLOCK_BYTES = 256 * 2**20
 #: Longest side images are shrunk to (aspect kept) for SIFT verification.
 VERIFY_MAX_SIDE = 512
 
@@ -78,9 +83,27 @@ def rank_label_errors(images: pl.DataFrame, embeddings: pl.DataFrame, client: An
     files = image_files(images)
     labels = files["label"].to_numpy()
     return pl.concat(
-        [label_error_ranking(embedding_matrix(embeddings, k), labels, client).to_frame(files, k)
+        [label_error_ranking(_vectors(embeddings, k, client), labels, client).to_frame(files, k)
          for k in EMBEDDING_KINDS]
     )
+
+
+def _vectors(embeddings: pl.DataFrame, kind: str, client: Any) -> np.ndarray | str:
+    """The ``kind`` vectors for a kernel: the memory-mapped array here, or on a cluster the checked cache
+    file's path, which every task opens memory-mapped itself (nothing scattered from this process)."""
+    return embedding_matrix(embeddings, kind) if client is None else embedding_source(embeddings, kind)
+
+
+def row_block_count(n: int, dim: int) -> int:
+    """Row blocks for N×``dim`` float32 rows: :data:`ROW_BLOCKS`, or more so that no block exceeds
+    :data:`BLOCK_BYTES`."""
+    return max(ROW_BLOCKS, -(-(n * dim * 4) // BLOCK_BYTES))
+
+
+def _shape(emb: np.ndarray | str) -> tuple[int, int]:
+    if isinstance(emb, str):
+        return tuple(np.load(emb, mmap_mode="r").shape)  # type: ignore[return-value]
+    return emb.shape  # type: ignore[return-value]
 
 
 def neighbour_rankings(
@@ -96,13 +119,13 @@ def neighbour_rankings(
     files = image_files(images)
     labels = files["label"].to_numpy()
     if near_duplicates and label_errors:
-        both = {kind: near_duplicates_and_label_errors(embedding_matrix(embeddings, kind), top_k, labels, client)
+        both = {kind: near_duplicates_and_label_errors(_vectors(embeddings, kind, client), top_k, labels, client)
                 for kind in EMBEDDING_KINDS}
         plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
         errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
     else:
         plain = pl.concat(
-            [near_duplicate_pairs(embedding_matrix(embeddings, kind), top_k, client).to_frame(files, kind)
+            [near_duplicate_pairs(_vectors(embeddings, kind, client), top_k, client).to_frame(files, kind)
              for kind in EMBEDDING_KINDS]
         ) if near_duplicates else None
         errors = rank_label_errors(images, embeddings, client) if label_errors else None
@@ -112,37 +135,43 @@ def neighbour_rankings(
 
 
 # ------------------------------------------------------------------ which kernel: this process or row blocks
-def near_duplicate_pairs(emb: np.ndarray, top_k: int, client: Any = None) -> PairRanking:
+def near_duplicate_pairs(emb: np.ndarray | str, top_k: int, client: Any = None) -> PairRanking:
     """The exact top-``top_k`` pairs by d = (1 − cos)/2 of an N×D matrix:
     :func:`~noisycal_platform.cleaning.rankings.rank_near_duplicates` here, or
     :func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_near_duplicates` on ``client`` (equal pair for
-    pair)."""
+    pair). ``emb`` may be the path of a ``.npy`` file (memory-mapped)."""
     if client is None:
-        return formulas.rank_near_duplicates(emb, top_k)
-    return blocked_near_duplicates(emb, top_k, client=client, n_blocks=ROW_BLOCKS)
+        return formulas.rank_near_duplicates(_array(emb), top_k)
+    return blocked_near_duplicates(emb, top_k, client=client, n_blocks=row_block_count(*_shape(emb)))
 
 
-def label_error_ranking(emb: np.ndarray, labels: object, client: Any = None) -> Ranking:
+def label_error_ranking(emb: np.ndarray | str, labels: object, client: Any = None) -> Ranking:
     """Samples by d_diff² / (d_same² + d_diff²) ascending (ties by index):
     :func:`~noisycal_platform.cleaning.rankings.rank_label_errors` here, or the ranking of
     :func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_label_error_scores` on ``client`` (the same
     scores, ordered the same way)."""
     if client is None:
-        return formulas.rank_label_errors(emb, labels)
-    score, _, _ = blocked_label_error_scores(emb, labels, client=client, n_blocks=ROW_BLOCKS)
+        return formulas.rank_label_errors(_array(emb), labels)
+    score, _, _ = blocked_label_error_scores(emb, labels, client=client, n_blocks=row_block_count(*_shape(emb)))
     return _ranking(score)
 
 
 def near_duplicates_and_label_errors(
-    emb: np.ndarray, top_k: int, labels: object, client: Any = None
+    emb: np.ndarray | str, top_k: int, labels: object, client: Any = None
 ) -> tuple[PairRanking, Ranking]:
     """:func:`near_duplicate_pairs` and :func:`label_error_ranking` of the same embeddings; on ``client`` one pass
     of row-block tasks computes both (:func:`~noisycal_platform.cleaning.rankings.row_blocks.blocked_rankings`,
     the same results as the two calls)."""
     if client is None:
-        return formulas.rank_near_duplicates(emb, top_k), formulas.rank_label_errors(emb, labels)
-    pairs, (score, _, _) = blocked_rankings(emb, top_k, labels, client=client, n_blocks=ROW_BLOCKS)
+        x = _array(emb)
+        return formulas.rank_near_duplicates(x, top_k), formulas.rank_label_errors(x, labels)
+    pairs, (score, _, _) = blocked_rankings(emb, top_k, labels, client=client,
+                                            n_blocks=row_block_count(*_shape(emb)))
     return pairs, _ranking(score)
+
+
+def _array(emb: np.ndarray | str) -> np.ndarray:
+    return np.load(emb, mmap_mode="r") if isinstance(emb, str) else emb
 
 
 def _ranking(score: np.ndarray) -> Ranking:

@@ -99,12 +99,17 @@ ENCODER_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+#: ``cleaning/embeddings``: a manifest, one row per embedding kind, naming the cache entry (float32 ``.npy``, rows
+#: in ``idx`` order) that holds the vectors; the vectors stay in that file (4 kB per image: 4 GB at a million)
 EMBEDDINGS_SCHEMA: dict[str, pl.DataType] = {
-    "idx": pl.Int64(),
-    "file_name": pl.String(),
-    "label": pl.String(),
     "embedding_kind": pl.String(),
-    "vector": pl.List(pl.Float32()),
+    "dataset_hash": pl.String(),
+    "cache_key": pl.String(),
+    "cache_file": pl.String(),
+    "n_rows": pl.Int64(),
+    "dim": pl.Int64(),
+    "file_bytes": pl.Int64(),
+    "sha256": pl.String(),
 }
 
 
