@@ -32,7 +32,7 @@ def build_definitions(home: str | Path | None = None) -> dg.Definitions:
         schedules=automation.SCHEDULES,
         jobs=automation.JOBS,
         resources=build_resources(home),
-        executor=executor_for(load_settings(home)),
+        executor=executor_for(load_settings(home), home),
     )
 
 

@@ -5,12 +5,16 @@ load ``workspace.yaml``. Each runs in its own process group with SIGINT/SIGTERM 
 that backgrounds a command makes it ignore SIGINT, and Dagster then ignores SIGTERM too). On SIGTERM or
 SIGINT the supervisor sends SIGTERM to both groups, waits ``stop_timeout`` seconds, then SIGKILLs what is
 left; if one child dies, the other is stopped and the service exits non-zero (systemd restarts it).
+
+With ``"executor": "dask"`` and no ``"dask_scheduler"``, a third child runs the home's Dask cluster
+(``orchestration.dask_cluster``): one per service, shared by every run, supervised like the other two.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -111,8 +115,42 @@ class _RetentionSchedule:
                 self.proc.wait()
 
 
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _start_cluster(home: str | Path, env: dict[str, str]) -> subprocess.Popen | None:
+    """The service's Dask cluster (``orchestration.dask_cluster``) when settings.json names the dask executor
+    without a ``dask_scheduler``; recorded for the runs' executor before the daemon starts. Else ``None``."""
+    from resources.executor import record_service_cluster
+    from resources.settings import load_settings
+
+    settings = load_settings(home)
+    if settings.executor != "dask" or settings.dask_scheduler:
+        return None
+    from orchestration.dask_cluster import cluster_command
+
+    port = _free_port("127.0.0.1")
+    proc = subprocess.Popen(
+        cluster_command(port, settings.dask_workers), env={**env, "PYTHONPATH": _pythonpath(env)}, cwd=REPO_ROOT,
+        start_new_session=True, preexec_fn=_default_signals,
+    )
+    record_service_cluster(home, f"tcp://127.0.0.1:{port}", proc.pid)
+    return proc
+
+
+def _pythonpath(env: dict[str, str]) -> str:
+    """The repository root first on the path of a child that imports the code location by module name."""
+    return os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+
+
 def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_timeout: float = 30.0) -> int:
-    """Run webserver + daemon until SIGTERM/SIGINT (returns 0) or until a child dies (returns 1)."""
+    """Run webserver + daemon (and the Dask cluster the settings ask for) until SIGTERM/SIGINT (returns 0) or
+    until a child dies (returns 1)."""
+    from resources.executor import forget_service_cluster
+
     env = service_env(home)
     # create the instance's SQLite storage here, once: the two children creating it at the same moment on a
     # fresh home can leave its schema with two heads, and then neither starts
@@ -126,6 +164,9 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
     children: dict[str, subprocess.Popen] = {}
     retention = _RetentionSchedule(home)
     try:
+        cluster = _start_cluster(home, env)  # first: the daemon's first run finds it
+        if cluster is not None:
+            children["dask-cluster"] = cluster
         for name, cmd in service_commands(host, port).items():
             children[name] = subprocess.Popen(
                 cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
@@ -148,6 +189,7 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
         return 0
     finally:
         remove_service_file(home)
+        forget_service_cluster(home)
         retention.stop()
         _stop(children, stop_timeout)
         for s, handler in previous.items():

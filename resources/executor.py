@@ -3,8 +3,13 @@
 - ``in_process`` (default): every step in the run's own process, one after another (the embedded set-up);
 - ``multiprocess``: one child process per step on this host (``dagster.multiprocess_executor``);
 - ``dask``: one Dask task per step (``dagster_dask.dask_executor``), on the scheduler at ``dask_scheduler``
-  (``"tcp://host:port"``) or, when that is empty, on a ``distributed.LocalCluster`` of ``dask_workers``
-  single-threaded worker processes that the run starts and stops. Steps hand data over through the warehouse
+  (``"tcp://host:port"``); when that is empty, on the cluster of ``noisycal serve`` for the home (one
+  ``distributed.LocalCluster`` of ``dask_workers`` single-threaded worker processes per service, recorded in
+  ``$DAGSTER_HOME/dask_cluster.json``: :func:`service_scheduler`, ``orchestration.dask_cluster``), found when
+  the run starts; without a live one, on a ``LocalCluster`` that the run starts and stops. A cluster per run
+  cost each run a scheduler, two worker processes and two imports of the code location (about 30 s on a
+  2-core box, the bulk of the 5x the executor cost there on the demo home); the service's workers import it
+  once. Steps hand data over through the warehouse
   IO manager, never through memory, so the workers must reach the same warehouse (the Parquet warehouse on
   shared storage for more than one host).
 
@@ -30,22 +35,75 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
+from noisycal_platform.files import atomic_write_text
 from resources.settings import SettingsResource
 
-__all__ = ["EXECUTORS", "dask_cluster_config", "executor_for", "kernel_client"]
+__all__ = [
+    "EXECUTORS",
+    "SERVICE_CLUSTER_FILE",
+    "dask_cluster_config",
+    "executor_for",
+    "forget_service_cluster",
+    "kernel_client",
+    "record_service_cluster",
+    "service_scheduler",
+]
 
 EXECUTORS = ("in_process", "multiprocess", "dask")
 
+#: where ``noisycal serve`` records its cluster, under ``$NOISYCAL_HOME/dagster`` (``DAGSTER_HOME``)
+SERVICE_CLUSTER_FILE = "dask_cluster.json"
 
-def dask_cluster_config(settings: SettingsResource) -> dict[str, dict]:
-    """The ``cluster`` block of ``dask_executor``'s config: an existing scheduler or a local cluster."""
-    if settings.dask_scheduler:
-        return {"existing": {"address": settings.dask_scheduler}}
+
+def _cluster_file(home: str | Path) -> Path:
+    return Path(home) / "dagster" / SERVICE_CLUSTER_FILE
+
+
+def record_service_cluster(home: str | Path, address: str, pid: int) -> Path:
+    """Record the home's service cluster: its scheduler ``address``, served while process ``pid`` lives."""
+    path = _cluster_file(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps({"address": address, "pid": pid}) + "\n")
+    return path
+
+
+def forget_service_cluster(home: str | Path) -> None:
+    _cluster_file(home).unlink(missing_ok=True)
+
+
+def service_scheduler(home: str | Path | None) -> str:
+    """The scheduler address of the live service cluster of ``home``, or ``""`` (none recorded, or its process
+    is gone: a service killed without removing the file)."""
+    if home is None:
+        return ""
+    path = _cluster_file(home)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    try:
+        os.kill(int(entry["pid"]), 0)
+    except ProcessLookupError:
+        return ""
+    except PermissionError:
+        pass
+    return str(entry["address"])
+
+
+def dask_cluster_config(settings: SettingsResource, home: str | Path | None = None) -> dict[str, dict]:
+    """The ``cluster`` block of ``dask_executor``'s config: ``dask_scheduler``, else the home's live service
+    cluster, else a local cluster for the run (read when the run starts)."""
+    address = settings.dask_scheduler or service_scheduler(home)
+    if address:
+        return {"existing": {"address": address}}
     return {
         "local": {
             "n_workers": settings.dask_workers,
@@ -89,7 +147,7 @@ def _dask_executor_class() -> type:
     return OpaqueRunDaskExecutor
 
 
-def _dask_executor(settings: SettingsResource) -> dg.ExecutorDefinition:
+def _dask_executor(settings: SettingsResource, home: str | Path | None) -> dg.ExecutorDefinition:
     try:
         cls = _dask_executor_class()
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -97,23 +155,23 @@ def _dask_executor(settings: SettingsResource) -> dg.ExecutorDefinition:
             'settings.json selects "executor": "dask" but dagster-dask is not installed; '
             "install the `scale` extra: pip install -c constraints.txt '.[scale]'"
         ) from exc
-    ((kind, config),) = dask_cluster_config(settings).items()
 
     @dg.executor(name="dask", requirements=dg.multiple_process_executor_requirements())
     def dask(_init_context) -> dg.Executor:
+        ((kind, config),) = dask_cluster_config(settings, home).items()  # at run start: is a service up?
         return cls(kind, config)
 
     return dask
 
 
-def executor_for(settings: SettingsResource) -> dg.ExecutorDefinition:
-    """The executor ``settings.executor`` names (see module docstring)."""
+def executor_for(settings: SettingsResource, home: str | Path | None = None) -> dg.ExecutorDefinition:
+    """The executor ``settings.executor`` names for ``home`` (see module docstring)."""
     if settings.executor == "in_process":
         return dg.in_process_executor
     if settings.executor == "multiprocess":
         return dg.multiprocess_executor
     if settings.executor == "dask":
-        return _dask_executor(settings)
+        return _dask_executor(settings, home)
     raise ValueError(f"unknown executor {settings.executor!r}; known: {list(EXECUTORS)}")
 
 

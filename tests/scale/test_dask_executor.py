@@ -9,6 +9,8 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 
 import dagster as dg
 import duckdb
@@ -20,7 +22,13 @@ from noisycal_platform.calibration.demo_data import write_demo_calibration_input
 from noisycal_platform.cleaning.demo_data import write_demo_cleaning_dataset
 from noisycal_platform.demo import write_demo_cleaning_scores
 from orchestration.runner import instance_for
-from resources.executor import dask_cluster_config, executor_for
+from resources.executor import (
+    dask_cluster_config,
+    executor_for,
+    forget_service_cluster,
+    record_service_cluster,
+    service_scheduler,
+)
 from resources.settings import SettingsResource
 from tests.scale import jobs
 
@@ -187,3 +195,41 @@ def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypa
     for pk, (ok, pids, failures) in results.items():
         assert ok and pids and os.getpid() not in pids, (pk, failures)
     assert_same_tables(_tables(home), _tables(ref))
+
+
+def test_service_cluster_is_found_only_while_its_process_lives(tmp_path):
+    home = tmp_path / "home"
+    settings = SettingsResource(executor="dask")
+    assert service_scheduler(home) == "" and "local" in dask_cluster_config(settings, home)
+    record_service_cluster(home, "tcp://127.0.0.1:1234", os.getpid())
+    assert dask_cluster_config(settings, home) == {"existing": {"address": "tcp://127.0.0.1:1234"}}
+    pinned = SettingsResource(executor="dask", dask_scheduler="tcp://10.0.0.5:8786")  # the settings' own wins
+    assert dask_cluster_config(pinned, home) == {"existing": {"address": "tcp://10.0.0.5:8786"}}
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    record_service_cluster(home, "tcp://127.0.0.1:1234", dead.pid)  # a service killed without cleaning up
+    assert service_scheduler(home) == "" and "local" in dask_cluster_config(settings, home)
+    forget_service_cluster(home)
+    assert not (home / "dagster" / "dask_cluster.json").exists()
+
+
+@pytest.mark.slow  # 20-70 s: a two-worker cluster and two runs from processes of their own
+@pytest.mark.timeout(300)
+def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, monkeypatch):
+    """Settings name the dask executor without a scheduler; a live service cluster is recorded for the home
+    (what `noisycal serve` does): two runs one after the other both run every step on that cluster's two worker
+    processes, which were started before either run (a run's own LocalCluster would bring new processes)."""
+    home = tmp_path / "dask"
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        _inputs(home, {**TINY, "executor": "dask"})
+        record_service_cluster(home, cluster.scheduler_address, os.getpid())
+        workers = set(client.run(os.getpid).values())
+        assert len(workers) == 2
+        for version in VERSIONS:
+            ok, pids, failures = _concurrent_runs("small_job", [version])[version]
+            assert ok and pids, failures
+            assert set(pids) <= workers, (pids, workers)
+        assert set(client.run(os.getpid).values()) == workers  # the same two processes: none restarted
