@@ -350,6 +350,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=6 * 3600)
     ap.add_argument("--settle", type=float, default=60.0, help="seconds without an active run after the chain")
+    ap.add_argument("--reuse-encoder", type=Path, default=None, metavar="HOME",
+                    help="copy HOME/artifacts (the trained encoder of an earlier run on the same images) into the "
+                    "fresh home, so ssl_encoder reuses it instead of training (it says so: reused_cached_weights)")
     args = ap.parse_args()
     out = (args.out or Path(f"/tmp/bench-million-{args.n}-w{args.workers}")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -391,6 +394,11 @@ def main() -> int:
                 "encoder_train_sample": args.train_sample, "near_duplicate_top_k": depth,
                 "retention_every_hours": 0, "torch_threads": 1}
     (home / "settings.json").write_text(json.dumps(settings))
+    if args.reuse_encoder is not None:
+        import shutil
+
+        shutil.copytree(args.reuse_encoder / "artifacts", home / "artifacts")
+        result["encoder_reused_from"] = str(args.reuse_encoder)
     result["settings"] = settings
     env = dict(os.environ, PYTHONPATH=str(REPO), NOISYCAL_HOME=str(home), OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
