@@ -34,10 +34,15 @@ def cluster_command(port: int, workers: int) -> list[str]:
 def dask_setup(worker) -> None:  # the signature Dask's preload calls
     """Worker preload: import the code location the way Dagster loads it (``definitions.py`` as module
     ``definitions``), so the first step on this worker does not pay for it."""
-    from dagster._core.code_pointer import load_python_file
+    import importlib.util
 
     try:
-        load_python_file(REPO_ROOT / "definitions.py", str(REPO_ROOT))
+        if str(REPO_ROOT) not in sys.path:
+            sys.path.insert(0, str(REPO_ROOT))
+        spec = importlib.util.spec_from_file_location("definitions", REPO_ROOT / "definitions.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["definitions"] = module
+        spec.loader.exec_module(module)
     except Exception as exc:  # a broken code location fails its steps with the real error, not the worker
         print(f"noisycal dask worker: the code location did not load at start: {exc!r}", file=sys.stderr)
 
