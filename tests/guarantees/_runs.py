@@ -6,7 +6,8 @@ on it (public functions, unchanged) and returns a few numbers. The shipped funct
 workers on the 2-core CI box, one BLAS thread each) rather than batched into one array; the per-call cost is
 mostly the point fit of the channels, which no public batch function does across data sets (its EM starts run as
 one batch, `channels._em.run_em_batched`). The whole tier: 295–302 s of CPU (user + sys) on 2026-12-03, 434 s before
-that batching; about 160 s wall on two idle cores by that ratio (estimated; README, "What the statistics guarantee").
+that batching (loaded box); 249 s wall, 366 s CPU on a nearly idle box afterwards (README, "What the statistics
+guarantee").
 
 The simulation designs are those of the unit tests (their ``_sim`` / ``_replicate`` functions are reused):
 - binary: tests/unit/calibration/test_inference.py (s ~ Beta(2, 3); P(Y=1 | s) = s or min(s^0.8 + 0.03, 1);
