@@ -295,7 +295,8 @@ def measure(a: argparse.Namespace) -> dict:
                     )
                     t50 = (n, fc["time_s"])
                     found["sl"].append({"n": n, "ours_s": ours["time_s"], "peer_s": fc["time_s"], "diff": diff,
-                                        "identical": bool(np.array_equal(h_ours, h_fc))})
+                                        "identical": bool(np.array_equal(h_ours, h_fc)),
+                                        "ours_cpu_s": ours.get("cpu_s"), "peer_cpu_s": fc.get("cpu_s")})
                 elif t50 is not None:
                     n0, t0 = t50
                     est = t0 * (n / n0) ** 2.14
@@ -320,15 +321,20 @@ def rows(m: dict, quick: bool = False) -> list[dict]:
         for key, what in (("nd", f"exact top-10,000 near-duplicate pairs, N = {n:,} × {DIM}"),
                           ("le", f"label-error ranking, N = {n:,} × {DIM}")):
             r = m[key]
+            cpu = (f"CPU seconds ours {r['cpu_s']:.2f}, faiss {fs['cpu_s']:.2f} ({fs['cpu_s'] / r['cpu_s']:.1f}×)"
+                   if "cpu_s" in r and "cpu_s" in fs else "")
             out.append(row("rankings", what, r["time_s"], "s", peer=peer, peer_value=fs["time_s"],
-                           goal=("ratio", ">=", 5.0), quick=quick, note=note if key == "nd" else ""))
+                           goal=("ratio", ">=", 5.0), quick=quick,
+                           note="; ".join(t for t in (note if key == "nd" else "", cpu) if t)))
             out.append(row("rankings", f"{what}: peak memory (VmHWM)", _mb(r["hwm_mb"]), "MB", peer="faiss",
                            peer_value=_mb(fs["hwm_mb"]), ratio_of="ours/peer", goal=("ours", "<", 1000.0),
                            quick=quick, note=f"interpreter + data: {_mb(r['base_mb']):.0f} MB"))
     for s in m.get("sl", []):
         out.append(row("rankings", f"single linkage (irrelevant samples), N = {s['n']:,} × {DIM}", s["ours_s"], "s",
                        peer="fastcluster.linkage_vector(single)", peer_value=s["peer_s"], goal=("ratio", ">=", 30.0),
-                       quick=quick, note=f"merge heights max |diff| {s['diff']:.1e} (identical: {s['identical']})"))
+                       quick=quick, note=f"merge heights max |diff| {s['diff']:.1e} (identical: {s['identical']})"
+                       + (f"; CPU seconds ours {s['ours_cpu_s']:.2f}, fastcluster {s['peer_cpu_s']:.2f} "
+                          f"({s['peer_cpu_s'] / s['ours_cpu_s']:.1f}×)" if s.get("ours_cpu_s") else "")))
     return out
 
 
