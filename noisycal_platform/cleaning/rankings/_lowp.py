@@ -1,6 +1,7 @@
 """Int8 screening products for the rankings' GEMM passes; exactness is kept by the float64 re-evaluation.
 
-The unit float32 rows x_i are quantised once with one global scale S = 127 / max|x|: q_i = round(S·x_i) (int8),
+The unit float32 rows x_i are quantised once with one global scale S = 127 / max|x| (less when D·127² would
+overflow int32): q_i = round(S·x_i) (int8),
 and a tile of inner products is the exact integer product Q = q_a·q_bᵀ (int32, ``torch._int_mm``: VNNI/AMX
 int8 kernels, several times the float32 GEMM rate on current x86 CPUs). With e_i = q_i / S − x_i (computed in
 float64), every screening value ŝ_ij = Q_ij / S² obeys
@@ -37,7 +38,8 @@ class Int8Rows:
         torch = _torch()
         n, dim = x.shape
         amax = float(np.abs(x).max()) if x.size else 1.0
-        self.scale = 127.0 / amax if amax > 0 else 1.0
+        qmax = min(127, math.isqrt((2**31 - 1) // max(dim, 1)))  # |Q| <= D·qmax² stays within int32
+        self.scale = qmax / amax if amax > 0 else 1.0
         self.scale2 = self.scale * self.scale
         q = np.empty((n, dim), np.int8)
         e_max = x_max = dev = 0.0
