@@ -45,6 +45,7 @@ _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan t
 _GROUPS = 16  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
 _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-6)
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
+_SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 
 
 def _group_bound(s: np.ndarray, kk: int) -> np.ndarray:
@@ -283,6 +284,62 @@ def _rescan_exact(
             exact0[rb] = True
 
 
+def _screen_rows(
+    x: np.ndarray, rows: np.ndarray, comp: np.ndarray, n_comp: int, lp: Int8Rows, lb: np.ndarray
+) -> np.ndarray:
+    """The ``rows`` whose exact nearest outside point can be their component's lightest outgoing edge.
+
+    One int8 pass (``_lowp``) gives each row r its largest screening product M_r over the points outside its
+    component. With T the largest M_r of the component's rows, a row with M_r < T - eps2·S² has, for every
+    outside q, s(r, q) <= M_r / S² + margin < s(r*, q*) - 2 δ (r* the row attaining T, q* its best partner;
+    eps2 = 2 margin + 2 δ + 1e-12), hence d(r, q) > d(r*, q*): it cannot hold the component's lightest edge,
+    which r*'s exact rescan bounds. Those rows are not rescanned; their lower bound rises to
+    (1 - δ - M_r / S² - margin) / 2, valid for every point outside the component (an outside set only
+    shrinks). Returns the rows to rescan exactly.
+    """
+    import torch
+
+    n = x.shape[0]
+    perm = np.argsort(comp, kind="stable")
+    cs = comp[perm]
+    qs = lp.q[torch.from_numpy(perm.astype(np.int64))]
+    o = np.argsort(comp[rows], kind="stable")
+    rows = rows[o]
+    h = max(1, _TILE // _STRIPS_PER_TILE)
+    w = min(_TILE, n)
+    neg = np.iinfo(np.int32).min
+    local = threading.local()
+
+    def outside_max(a: int) -> np.ndarray:
+        r_ = rows[a : a + h]
+        qr = lp.q[torch.from_numpy(r_.astype(np.int64))]
+        own = comp[r_][:, None]
+        if not hasattr(local, "buf"):
+            local.buf = np.empty(h * w, np.int32)
+        m = np.full(r_.size, neg, np.int32)
+        for c0 in range(0, n, w):
+            c1 = min(c0 + w, n)
+            s = local.buf[: r_.size * (c1 - c0)].reshape(r_.size, c1 - c0)
+            torch.set_num_threads(1)  # per worker thread; the caller restores the count
+            torch._int_mm(qr, qs[c0:c1].T, out=torch.from_numpy(s))
+            np.copyto(s, neg, where=own == cs[None, c0:c1])  # the row's own component
+            np.maximum(m, s.max(axis=1), out=m)
+        return m
+
+    with single_thread_torch(), ordered_map(rows.size * n >= _PARALLEL_MIN) as pmap:
+        mq = np.concatenate(list(pmap(outside_max, range(0, rows.size, h)))).astype(np.int64)
+    top = np.full(n_comp, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(top, comp[rows], mq)
+    e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1
+    keep = mq >= top[comp[rows]] - e2
+    rest, mr = rows[~keep], mq[~keep]
+    if rest.size:
+        dev = (lp.eps2 - 2.0 * lp.margin) / 2.0  # δ (and a little more): max |‖x‖² - 1|
+        bound = (1.0 - dev - (mr / lp.scale2 + lp.margin)) * 0.5
+        lb[rest] = np.maximum(lb[rest], bound)
+    return np.sort(rows[keep])
+
+
 def _best_per_component(
     ci: np.ndarray, cand_j: np.ndarray, cand_d: np.ndarray, comp: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -301,7 +358,7 @@ def _best_per_component(
 def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats."""
     n = x.shape[0]
-    stats: dict = {"rounds": 0, "rescanned": []}
+    stats: dict = {"rounds": 0, "rescanned": [], "screened": []}
     if n == 1:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64), stats
     eps2 = screen_margin(x)
@@ -344,6 +401,9 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             skip[giant[0]] = True
             need &= comp != giant[0]
         rows = np.flatnonzero(need)
+        if rows.size > _SCREEN_MIN:  # keep only rows that can hold their component's lightest outgoing edge
+            rows = _screen_rows(x, rows, comp, n_comp, lp, lb)
+            stats["screened"].append(int(need.sum()))
         stats["rescanned"].append(int(rows.size))
         if rows.size:
             _rescan_exact(x, rows, comp, eps2, lists, lp)
