@@ -19,6 +19,8 @@ combines the ≤ B·3^K cells with the per-pattern corrected labels (Hanada and 
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,8 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 16
+_PARTS = 2  # fixed item ranges of the kernel (threads: at most this many)
+_PARALLEL_MIN = 1 << 20  # items from which the ranges run on threads
 _MAX_CELLS = 1 << 21
 PREVALENCE_CLIP = 1e-4  # Hanada and Futami 2026 §F.4: plug-in class proportion clipped to [1e-4, 1 − 1e-4]
 
@@ -131,42 +135,47 @@ def plugin_prevalence(annotations: Any, channels: Any) -> float:
     return float(np.clip(y.mean(), PREVALENCE_CLIP, 1 - PREVALENCE_CLIP))
 
 
-def _cell_sums(s: np.ndarray, a: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
-    """Item counts and score sums per (bin, pattern) cell; pattern = Σ_j d_j·3^j with digit d = label + 1
-    (0 = missing, 1 = label 0, 2 = label 1). Validates annotation values chunk by chunk.
+def _chunk_cells(
+    s: np.ndarray, a: np.ndarray, n_bins: int, lo: int, hi: int, counts: np.ndarray, ssum: np.ndarray
+) -> None:
+    """Fold items lo..hi into ``counts``/``ssum`` (flat (B + 1)·3^K cells), ``_CHUNK`` items at a time.
 
-    Per chunk: bin code trunc(s·B) in float64 → intp (s = 1 lands in an extra row B, folded into B − 1
-    afterwards, which saves the per-item min), the pattern from contiguous shifted int8 adds over the flat
-    (chunk·K) block and one strided pick, then two ``bincount`` calls. Returns two (B, 3^K) arrays.
+    Per chunk: x = s·B in float64 (x >= 0 checked: NaN and negative scores raise), the bin trunc(x) cast to
+    int32 (checked <= B; 1 < s < 1 + 1/B is caught after the loop) and scaled by 3^K, the pattern from
+    contiguous shifted int8 adds over the flat (chunk·K) block added with one strided pick, the code widened
+    to intp, then two unbuffered ``np.add.at`` (item counts, score sums; faster than ``bincount``, which
+    also scans its input for the maximum first).
     """
-    n, k = a.shape
+    k = a.shape[1]
     n_pat = 3**k
-    n_cells = (n_bins + 1) * n_pat  # one extra bin row for s == 1 (trunc(s·B) = B), folded into B − 1 below
-    counts = np.zeros(n_cells, np.int64)
-    ssum = np.zeros(n_cells, np.float64)
     is_float = np.issubdtype(a.dtype, np.floating)
     pdt = np.int8 if k <= 4 else (np.int16 if k <= 9 else np.int32)
-    m = min(_CHUNK, n)
+    m = min(_CHUNK, hi - lo)
     bfloat = np.empty(m, np.float64)
-    cbuf = np.empty(m, np.intp)
+    code32 = np.empty(m, np.int32)
+    code = np.empty(m, np.intp)
+    pbuf = np.empty(m * k, pdt)
     offset = pdt(sum(3**j for j in range(k)))  # Σ_j 3^j·(x_j + 1) = Σ_j 3^j·x_j + offset
-    for lo in range(0, n, _CHUNK):  # loop over cache-sized chunks, not items
-        hi = min(lo + _CHUNK, n)
-        sc = s[lo:hi]
-        bf = bfloat[: hi - lo]
-        code = cbuf[: hi - lo]
+    for c0 in range(lo, hi, _CHUNK):  # loop over cache-sized chunks, not items
+        c1 = min(c0 + _CHUNK, hi)
+        sc = s[c0:c1]
+        bf = bfloat[: c1 - c0]
+        c32 = code32[: c1 - c0]
         np.multiply(sc, float(n_bins), out=bf)
-        if not bf.min() >= 0.0:  # negative or NaN score (s > 1 is caught after the loop)
+        if not bf.min() >= 0.0:  # negative or NaN score
             _raise_bad_score(sc)
-        np.copyto(code, bf, casting="unsafe")  # truncation = floor for s ≥ 0
-        code *= n_pat
-        x = a[lo:hi]
+        with np.errstate(invalid="ignore"):  # x beyond int32 (a bad score, raised below) casts with a warning
+            np.copyto(c32, bf, casting="unsafe")  # truncation = floor for x >= 0; x = B (s = 1) is row B
+        if c32.max() > n_bins:  # s > 1 + 1/B (x beyond int32 casts to INT_MIN here: caught in add.at)
+            _raise_bad_score(sc)
+        c32 *= np.int32(n_pat)
+        x = a[c0:c1]
         if is_float:
-            c = np.nan_to_num(x, nan=2.0)  # 2 = missing sentinel while validating
-            if np.count_nonzero(c * (c - 1.0) * (c - 2.0)):
+            cf = np.nan_to_num(x, nan=2.0)  # 2 = missing sentinel while validating
+            if np.count_nonzero(cf * (cf - 1.0) * (cf - 2.0)):
                 bad = x[~(np.isnan(x) | (x == 0) | (x == 1))].ravel()[0]
                 raise ValueError(f"annotations must contain only 0, 1 or NaN (missing), got {bad!r}")
-            f = c.astype(pdt).reshape(-1)
+            f = cf.astype(pdt).reshape(-1)
             f[f == 2] = -1
         else:
             if x.min() < -1 or x.max() > 1:
@@ -175,15 +184,54 @@ def _cell_sums(s: np.ndarray, a: np.ndarray, n_bins: int) -> tuple[np.ndarray, n
             f = x.reshape(-1).astype(pdt, copy=False)
         # pattern of row i = Σ_j (f[iK + j] + 1)·3^j: contiguous shifted adds, then one strided pick
         mm = f.size - k + 1
-        g = f[:mm] + offset
+        g = pbuf[:mm]
+        np.add(f[:mm], offset, out=g)
         for j in range(1, k):  # loop over annotators
             g += f[j : j + mm] * pdt(3**j)
-        np.add(code, g[::k], out=code)
-        cnt = np.bincount(code, minlength=n_cells)
-        if cnt.size > n_cells:  # trunc(s·B) > B: a score above 1
+        np.add(c32, g[::k], out=c32, casting="unsafe")
+        cc = code[: c1 - c0]
+        np.copyto(cc, c32)
+        try:
+            np.add.at(counts, cc, 1)
+        except IndexError:  # a cell beyond the tables: a score above 1
             _raise_bad_score(sc)
-        counts += cnt
-        ssum += np.bincount(code, weights=sc, minlength=n_cells)
+        np.add.at(ssum, cc, sc)
+
+
+def _run_parts(s: np.ndarray, a: np.ndarray, n_bins: int, jobs: list, workers: int) -> None:
+    """``_chunk_cells`` over the item ranges ``jobs``, on ``workers`` threads when more than one."""
+    if workers <= 1:
+        for job in jobs:
+            _chunk_cells(s, a, n_bins, *job)
+        return
+    with ThreadPoolExecutor(workers) as ex:
+        futures = [ex.submit(_chunk_cells, s, a, n_bins, *job) for job in jobs]
+        for fut in futures:  # in range order: the first bad range's error is the one raised
+            fut.result()
+
+
+def _cell_sums(s: np.ndarray, a: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Item counts and score sums per (bin, pattern) cell; pattern = Σ_j d_j·3^j with digit d = label + 1
+    (0 = missing, 1 = label 0, 2 = label 1). Validates scores and annotation values chunk by chunk.
+
+    s = 1 lands in an extra bin row B (trunc(1·B) = B), folded into B − 1 afterwards, which saves the
+    per-item min. Large inputs are cut into ``_PARTS`` fixed item ranges, each summed into its own tables
+    (on up to ``_PARTS`` threads: numpy releases the GIL in these loops) and added in range order, so the
+    result does not depend on the thread count. Returns two (B, 3^K) arrays.
+    """
+    n, k = a.shape
+    n_pat = 3**k
+    n_cells = (n_bins + 1) * n_pat  # one extra bin row for s == 1 (trunc(s·B) = B), folded into B − 1 below
+    parts = _PARTS if n >= _PARALLEL_MIN else 1
+    cuts = [n * p // parts // _CHUNK * _CHUNK for p in range(parts)] + [n]
+    tables = [(np.zeros(n_cells, np.int64), np.zeros(n_cells, np.float64)) for _ in range(parts)]
+    jobs = [(cuts[p], cuts[p + 1], *tables[p]) for p in range(parts)]
+    workers = min(parts, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    _run_parts(s, a, n_bins, jobs, workers)
+    counts, ssum = tables[0]
+    for c, t in tables[1:]:
+        counts += c
+        ssum += t
     counts = counts.reshape(n_bins + 1, n_pat)
     ssum = ssum.reshape(n_bins + 1, n_pat)
     # the extra row must hold only s == 1 exactly (sum of exact ones equals the count), else a score is > 1

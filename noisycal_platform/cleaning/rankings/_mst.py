@@ -38,12 +38,14 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ._kernels import exact_dists, floor32, ordered_map, screen_margin
+from ._lowp import Int8Rows, single_thread_torch
 
 _TILE = 4096  # tile side (points) of the k-NN pass; columns per GEMM block in the rescans
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan task): 8 MiB float32
 _GROUPS = 16  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
 _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-6)
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
+_SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 
 
 def _group_bound(s: np.ndarray, kk: int) -> np.ndarray:
@@ -72,7 +74,8 @@ def _point_desc_key(p: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def _first_lists(
-    x: np.ndarray, k: int, eps2: float, lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    x: np.ndarray, k: int, eps2: float, lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    lp: Int8Rows | None = None,
 ) -> None:
     """Round-1 lists: the k nearest points of every point, and lb from the (k+1)-th.
 
@@ -172,7 +175,7 @@ def _first_lists(
     exact0[:] = False
     bad = np.flatnonzero(~(nd[:, 0] < lb))
     if bad.size:  # float32 near-ties at the list boundary: settle those rows exactly
-        _rescan_exact(x, bad, np.arange(n), eps2, lists)
+        _rescan_exact(x, bad, np.arange(n), eps2, lists, lp)
 
 
 def _rescan_exact(
@@ -181,6 +184,7 @@ def _rescan_exact(
     comp: np.ndarray,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    lp: Int8Rows | None = None,
 ) -> None:
     """Exact nearest point outside its own component for ``rows`` (ties by index).
 
@@ -192,11 +196,24 @@ def _rescan_exact(
     at the end). The near-ties are re-evaluated in float64 and the smallest (d, j) is stored as a
     one-entry list with lb = its distance. Large rescans run on worker threads with a
     single-threaded BLAS each (``_kernels.ordered_map``); results are independent of their number.
+
+    With ``lp`` (``_lowp.Int8Rows`` of ``x``) the products are int8 screening products Q and the
+    near-ties are the columns with Q >= max Q - eps2·S² (``lp.eps2``: with the exact nearest w and the
+    arg-max q*, d(r, w) <= d(r, q*) gives ŝ(r, w) >= ŝ(r, q*) - 2 margin - δ), a wider band of
+    candidates for the same float64 re-evaluation, at several times the float32 GEMM rate.
     """
     nbr, nd, lb, exact0 = lists
     n = x.shape[0]
     perm = np.argsort(comp, kind="stable")
     xs = x[perm]
+    if lp is not None:
+        import torch
+
+        qs = lp.q[torch.from_numpy(perm.astype(np.int64))]
+        e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1
+        neg: float = float(np.iinfo(np.int32).min)
+    else:
+        neg = -np.inf
     cs = comp[perm]
     seg_lo = np.searchsorted(cs, comp[rows], side="left")
     seg_hi = np.searchsorted(cs, comp[rows], side="right")
@@ -212,31 +229,35 @@ def _rescan_exact(
         """Exact nearest outside point (row, j, d) of the rows in strip ``a`` (runs in a worker)."""
         r_ = rows[a : a + h]
         lo_, hi_ = seg_lo[a : a + h], seg_hi[a : a + h]
-        xr = x[r_]
+        xr = x[r_] if lp is None else lp.q[torch.from_numpy(r_.astype(np.int64))]
         if not hasattr(local, "buf"):
-            local.buf = np.empty(h * w, np.float32)
+            local.buf = np.empty(h * w, np.float32 if lp is None else np.int32)
         starts = np.flatnonzero(np.r_[True, lo_[1:] != lo_[:-1]])
         one = starts.size == 1  # one component: compute only the outside columns
         spans = [(0, int(lo_[0])), (int(hi_[0]), n)] if one else [(0, n)]
         runs = zip(starts.tolist(), np.r_[starts[1:], r_.size].tolist(), strict=True)
         runs = [(u, v, int(lo_[u]), int(hi_[u])) for u, v in runs] if 1 < starts.size <= 64 else []
         own = comp[r_][:, None] if starts.size > 64 else None  # many small components: broadcast
-        m = np.full(r_.size, -np.inf, np.float32)
+        m = np.full(r_.size, neg, local.buf.dtype)
         rec_r, rec_c, rec_s = [], [], []
         for c_lo, c_hi in spans:
             for c0 in range(c_lo, c_hi, w):
                 c1 = min(c0 + w, c_hi)
                 s = local.buf[: r_.size * (c1 - c0)].reshape(r_.size, c1 - c0)
-                np.matmul(xr, xs[c0:c1].T, out=s)
+                if lp is None:
+                    np.matmul(xr, xs[c0:c1].T, out=s)
+                else:
+                    torch.set_num_threads(1)  # per worker thread; the caller restores the count
+                    torch._int_mm(xr, qs[c0:c1].T, out=torch.from_numpy(s))
                 for u, v, lo, hi in runs:
                     if lo < c1 and hi > c0:
-                        s[u:v, max(lo, c0) - c0 : min(hi, c1) - c0] = -np.inf
+                        s[u:v, max(lo, c0) - c0 : min(hi, c1) - c0] = neg
                 if own is not None:
-                    np.copyto(s, -np.inf, where=own == cs[None, c0:c1])
+                    np.copyto(s, neg, where=own == cs[None, c0:c1])
                 rm = s.max(axis=1)
                 np.maximum(m, rm, out=m)
-                thr = floor32(m.astype(np.float64) - eps2)
-                sel = np.flatnonzero((rm >= thr) & (rm > -np.inf))
+                thr = floor32(m.astype(np.float64) - eps2) if lp is None else m.astype(np.int64) - e2
+                sel = np.flatnonzero((rm >= thr) & (rm > neg))
                 if sel.size:
                     sub = s[sel]
                     flat = np.flatnonzero(sub >= thr[sel, None])
@@ -244,7 +265,7 @@ def _rescan_exact(
                     rec_c.append(c0 + flat % (c1 - c0))
                     rec_s.append(sub.ravel()[flat])
         rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
-        keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
+        keep = sv >= (floor32(m[rr].astype(np.float64) - eps2) if lp is None else m[rr].astype(np.int64) - e2)
         rr, cc = rr[keep], perm[cc[keep]]
         dd = exact_dists(x, r_[rr], cc)
         oo = np.lexsort((cc, dd, rr))
@@ -253,7 +274,7 @@ def _rescan_exact(
         sel = oo[first]
         return r_[rr[sel]], cc[sel], dd[sel]
 
-    with ordered_map(parallel) as pmap:
+    with single_thread_torch(), ordered_map(parallel) as pmap:
         for rb, cb, db in pmap(nearest, range(0, rows.size, h)):
             nbr[rb, 0] = cb
             nd[rb, 0] = db
@@ -261,6 +282,62 @@ def _rescan_exact(
             nd[rb, 1:] = np.inf
             lb[rb] = db
             exact0[rb] = True
+
+
+def _screen_rows(
+    x: np.ndarray, rows: np.ndarray, comp: np.ndarray, n_comp: int, lp: Int8Rows, lb: np.ndarray
+) -> np.ndarray:
+    """The ``rows`` whose exact nearest outside point can be their component's lightest outgoing edge.
+
+    One int8 pass (``_lowp``) gives each row r its largest screening product M_r over the points outside its
+    component. With T the largest M_r of the component's rows, a row with M_r < T - eps2·S² has, for every
+    outside q, s(r, q) <= M_r / S² + margin < s(r*, q*) - 2 δ (r* the row attaining T, q* its best partner;
+    eps2 = 2 margin + 2 δ + 1e-12), hence d(r, q) > d(r*, q*): it cannot hold the component's lightest edge,
+    which r*'s exact rescan bounds. Those rows are not rescanned; their lower bound rises to
+    (1 - δ - M_r / S² - margin) / 2, valid for every point outside the component (an outside set only
+    shrinks). Returns the rows to rescan exactly.
+    """
+    import torch
+
+    n = x.shape[0]
+    perm = np.argsort(comp, kind="stable")
+    cs = comp[perm]
+    qs = lp.q[torch.from_numpy(perm.astype(np.int64))]
+    o = np.argsort(comp[rows], kind="stable")
+    rows = rows[o]
+    h = max(1, _TILE // _STRIPS_PER_TILE)
+    w = min(_TILE, n)
+    neg = np.iinfo(np.int32).min
+    local = threading.local()
+
+    def outside_max(a: int) -> np.ndarray:
+        r_ = rows[a : a + h]
+        qr = lp.q[torch.from_numpy(r_.astype(np.int64))]
+        own = comp[r_][:, None]
+        if not hasattr(local, "buf"):
+            local.buf = np.empty(h * w, np.int32)
+        m = np.full(r_.size, neg, np.int32)
+        for c0 in range(0, n, w):
+            c1 = min(c0 + w, n)
+            s = local.buf[: r_.size * (c1 - c0)].reshape(r_.size, c1 - c0)
+            torch.set_num_threads(1)  # per worker thread; the caller restores the count
+            torch._int_mm(qr, qs[c0:c1].T, out=torch.from_numpy(s))
+            np.copyto(s, neg, where=own == cs[None, c0:c1])  # the row's own component
+            np.maximum(m, s.max(axis=1), out=m)
+        return m
+
+    with single_thread_torch(), ordered_map(rows.size * n >= _PARALLEL_MIN) as pmap:
+        mq = np.concatenate(list(pmap(outside_max, range(0, rows.size, h)))).astype(np.int64)
+    top = np.full(n_comp, np.iinfo(np.int64).min, np.int64)
+    np.maximum.at(top, comp[rows], mq)
+    e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1
+    keep = mq >= top[comp[rows]] - e2
+    rest, mr = rows[~keep], mq[~keep]
+    if rest.size:
+        dev = (lp.eps2 - 2.0 * lp.margin) / 2.0  # δ (and a little more): max |‖x‖² - 1|
+        bound = (1.0 - dev - (mr / lp.scale2 + lp.margin)) * 0.5
+        lb[rest] = np.maximum(lb[rest], bound)
+    return np.sort(rows[keep])
 
 
 def _best_per_component(
@@ -281,7 +358,7 @@ def _best_per_component(
 def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats."""
     n = x.shape[0]
-    stats: dict = {"rounds": 0, "rescanned": []}
+    stats: dict = {"rounds": 0, "rescanned": [], "screened": []}
     if n == 1:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64), stats
     eps2 = screen_margin(x)
@@ -291,7 +368,8 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
     lb = np.empty(n, np.float64)
     exact0 = np.zeros(n, bool)  # entry 0 is the exact nearest outside point (near-tie fallback)
     lists = (nbr, nd, lb, exact0)
-    _first_lists(x, k, eps2, lists)
+    lp = Int8Rows(x)  # int8 screening products for the exact rescans (``_rescan_exact``)
+    _first_lists(x, k, eps2, lists, lp)
 
     ei: list[np.ndarray] = []
     ej: list[np.ndarray] = []
@@ -323,9 +401,12 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             skip[giant[0]] = True
             need &= comp != giant[0]
         rows = np.flatnonzero(need)
+        if rows.size > _SCREEN_MIN:  # keep only rows that can hold their component's lightest outgoing edge
+            rows = _screen_rows(x, rows, comp, n_comp, lp, lb)
+            stats["screened"].append(int(need.sum()))
         stats["rescanned"].append(int(rows.size))
         if rows.size:
-            _rescan_exact(x, rows, comp, eps2, lists)
+            _rescan_exact(x, rows, comp, eps2, lists, lp)
             cand_j[rows] = nbr[rows, 0]
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True

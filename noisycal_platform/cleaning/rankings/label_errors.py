@@ -3,14 +3,16 @@
 Hand-written because it needs, per sample, the exact nearest same-label *and* nearest other-label
 neighbour in O(N·D) memory; a k-NN library would need per-class indexes plus a farthest search.
 
-Scheme: samples are sorted by class and cut into class-aligned *micro-blocks* of ``_TILE // 8``
-points (only the last of a class is short); a tile is up to 8 consecutive micro-blocks of one class.
-Each upper-triangle tile pair is one float32 GEMM followed by two reductions, per-micro-block maxima
-along rows and along columns, folded into a running float32 max similarity per point and tracker
-(same label / other label). Only (point, micro-block, block max) triples within the screening
-margin of the running max are recorded; afterwards the recorded micro-blocks are recomputed for
-their points and the passing partners evaluated exactly in float64 (``_kernels``). Tiles are spread
-over a few threads, each with a single-threaded BLAS (``_kernels.ordered_map``).
+Scheme: samples are sorted by class and cut into class-aligned *micro-blocks* of
+``_TILE // _MICRO_PER_TILE`` (64) points (only the last of a class is short); a tile is up to
+``_MICRO_PER_TILE`` consecutive micro-blocks of one class. Each upper-triangle tile pair is one int8
+screening product (``_lowp.Int8Rows``: exact int32 products of the quantised rows, within a rigorous
+margin of the exact inner products) followed by two reductions, per-micro-block maxima along rows and
+along columns, folded into a running maximum per point and tracker (same label / other label). Only
+(point, micro-block, block max) triples within the screening margin of the running max are recorded;
+afterwards the recorded micro-blocks are recomputed in float32 for their points, and the partners within
+the float32 margin of each point's best recomputed value are evaluated exactly in float64 (``_kernels``).
+Tiles are spread over a few threads, each with a single-threaded BLAS / torch (``_kernels.ordered_map``).
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ from ._kernels import (
     screen_margin,
     sim_error_bound,
 )
+from ._lowp import Int8Rows, single_thread_torch
 from .types import Ranking
 
 __all__ = ["label_error_scores", "rank_label_errors", "ratio_scores"]
 
-_TILE = 4096  # tile side (points)
-_MICRO_PER_TILE = 8  # micro-blocks per tile side: micro-block = _TILE // 8 = 512 points
-_STRIP_ELEMS = 1 << 18  # tile rows reduced both ways while in cache (1 MiB of float32)
+_TILE = 2048  # tile side (points): a 16 MiB int32 tile per worker
+_MICRO_PER_TILE = 32  # micro-blocks per tile side: micro-block = _TILE // 32 = 64 points
+_STRIP_ELEMS = 1 << 18  # tile rows reduced both ways while in cache (1 MiB of int32)
 _RECORDS_CAP = 1 << 21  # records held before a compaction pass
+_MASKED = np.iinfo(np.int32).min  # below every screening product
 
 _TileOut = tuple[tuple[int, int], np.ndarray | None, np.ndarray | None, np.ndarray | None]
 
@@ -66,9 +70,9 @@ def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np
     ma, mb = -(-na // micro), -(-nb // micro)
     kf = nb // micro  # full column micro-blocks
     wf = kf * micro
-    r = np.empty((na, mb), dtype=np.float32)
-    c = np.empty((ma, nb), dtype=np.float32) if cols else None
-    tmp = np.empty(nb, dtype=np.float32)
+    r = np.empty((na, mb), dtype=s.dtype)
+    c = np.empty((ma, nb), dtype=s.dtype) if cols else None
+    tmp = np.empty(nb, dtype=s.dtype)
     h = max(1, min(micro, _STRIP_ELEMS // nb))
     for i in range(ma):
         lo, hi = i * micro, min(na, (i + 1) * micro)
@@ -91,19 +95,23 @@ def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np
 class _Nearest:
     """Nearest partner of one kind (same or other label) per point, by micro-block records.
 
-    Exactness. Let w be the exact nearest partner of p and q* the partner with the largest first-pass
-    float32 similarity, val[p] = s32(p, q*). ``screen_margin`` (eps2) gives s32(p, w) >= val[p] - eps2
-    because d(p, w) <= d(p, q*). The micro-block containing w therefore has block max >= s32(p, w)
-    >= final val[p] - eps2 >= val[p] - eps2 at the time it was folded (the running max only grows),
-    so (p, block) is recorded, and survives every compaction and the final filter, which use values
-    of val[p] <= final. The recomputed float32 similarity has its own rounding: s32'(p, w) >=
-    s(p, w) - eps >= s32(p, w) - 2 eps, hence the extra 2·sim_error_bound slack there. The minimum of
-    the exact distances over the passing partners is then the exact nearest distance.
+    Exactness. The first pass sees int8 screening products Q (``_lowp``), ŝ = Q / S² within ``margin``
+    of the exact similarity s. Let w be the exact nearest partner of p and q* the partner with the largest
+    ŝ, val[p] = ŝ(p, q*). Then s(p, q*) >= val[p] - margin, d(p, w) <= d(p, q*) gives s(p, w) >= s(p, q*)
+    - δ (δ = max |‖x‖² - 1|), so ŝ(p, w) >= val[p] - eps2 (eps2 = ``Int8Rows.eps2`` = 2 margin + 2 δ).
+    The micro-block containing w therefore has block max >= final val[p] - eps2 >= val[p] - eps2 at the
+    time it was folded (the running max only grows), so (p, block) is recorded and survives every
+    compaction and the final filter, which use values of val[p] <= final. The recorded micro-blocks are
+    recomputed in float32 (s32', within eps32 = ``sim_error_bound`` of s): s32'(p, w) >= val[p] - margin - δ
+    - eps32, above the slack eps2 + 2 eps32 used there. Of those candidates only the ones within
+    ``screen_margin`` (2 eps32 + 2 δ) of their point's largest s32' can be the nearest (same argument with
+    q' = that partner), and only those are evaluated exactly in float64.
     """
 
-    def __init__(self, n: int, eps2: float) -> None:
-        self.val = np.full(n, -np.inf, dtype=np.float32)
-        self.eps2 = eps2
+    def __init__(self, n: int, lp: Int8Rows) -> None:
+        self.val = np.full(n, _MASKED, dtype=np.int32)  # running max of Q per point
+        self.lp = lp
+        self.e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1  # eps2 in Q units, rounded up
         self.p: list[np.ndarray] = []
         self.b: list[np.ndarray] = []
         self.v: list[np.ndarray] = []
@@ -117,20 +125,27 @@ class _Nearest:
         """
         cur = self.val[p0 : p0 + m.shape[0]]  # view: updated in place
         np.maximum(cur, m.max(axis=1), out=cur)
-        line, j = np.nonzero(m >= (cur.astype(np.float64) - self.eps2)[:, None])
+        line, j = np.nonzero(m >= (cur.astype(np.int64) - self.e2)[:, None])
         self.p.append((p0 + line).astype(np.int32))
         self.b.append((b0 + j).astype(np.int32))
         self.v.append(m[line, j])
         self.size += line.size
         if self.size > self.cap:
             self._compact()
-            self.cap = max(_RECORDS_CAP, 2 * self.size)
+            self.cap = max(_RECORDS_CAP, self.size + self.size // 2)  # bounded memory, amortised O(1) per record
 
     def _compact(self) -> None:
-        p, b, v = np.concatenate(self.p), np.concatenate(self.b), np.concatenate(self.v)
-        keep = v >= self.val[p].astype(np.float64) - self.eps2
-        self.p, self.b, self.v = [p[keep]], [b[keep]], [v[keep]]
-        self.size = int(keep.sum())
+        """Drop records below the current running max minus eps2, one appended array at a time (bounded
+        temporaries), then join the survivors."""
+        ps, bs, vs = [], [], []
+        while self.p:
+            p, b, v = self.p.pop(0), self.b.pop(0), self.v.pop(0)
+            keep = v >= self.val[p].astype(np.int64) - self.e2
+            ps.append(p[keep])
+            bs.append(b[keep])
+            vs.append(v[keep])
+        self.p, self.b, self.v = [np.concatenate(ps)], [np.concatenate(bs)], [np.concatenate(vs)]
+        self.size = int(self.p[0].size)
 
     def exact_dist(
         self, x: np.ndarray, mb_lo: np.ndarray, mb_hi: np.ndarray, same: bool, pmap: OrderedMap
@@ -141,36 +156,54 @@ class _Nearest:
         if not self.p:
             return out
         self._compact()
-        o = np.argsort(self.b[0], kind="stable")
-        p, b = self.p[0][o].astype(np.int64), self.b[0][o]
+        o = np.argsort(self.b[0], kind="stable").astype(np.int32)
+        p, b = self.p[0][o], self.b[0][o]
+        self.p, self.b, self.v = [], [], []  # the records are not needed again
+        del o
         cuts = np.r_[0, np.flatnonzero(np.diff(b)) + 1, b.size]
-        slack = self.eps2 + 2.0 * sim_error_bound(x.shape[1])
+        slack = self.lp.eps2 + 2.0 * sim_error_bound(x.shape[1])
+        floor_sim = self.lp.to_sim(self.val) - slack  # float64, per point
         groups = [
             (int(mb_lo[b[g0]]), int(mb_hi[b[g0]]), p[a : min(g1, a + _TILE)])
             for g0, g1 in itertools.pairwise(cuts.tolist())
             for a in range(g0, g1, _TILE)
         ]
 
-        def candidates(g: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        def candidates(g: tuple[int, int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             lo, hi, pts = g
             s2 = x[pts] @ x[lo:hi].T
-            flat = np.flatnonzero(s2 >= floor32(self.val[pts].astype(np.float64) - slack)[:, None])
+            flat = np.flatnonzero(s2 >= floor32(floor_sim[pts])[:, None])
             pr, q = pts[flat // (hi - lo)], lo + flat % (hi - lo)
+            v = s2.ravel()[flat]
             if same:
-                pr, q = pr[pr != q], q[pr != q]
-            return pr, q
+                keep = pr != q
+                pr, q, v = pr[keep], q[keep], v[keep]
+            return pr, q, v
 
-        res = list(pmap(candidates, groups))
-        pr = np.concatenate([r[0] for r in res])
-        q = np.concatenate([r[1] for r in res])
+        eps2_32 = screen_margin(x)
+        best = np.full(n, -np.inf)  # running max of s32' per point
+        kp: list[np.ndarray] = []
+        kq: list[np.ndarray] = []
+        kv: list[np.ndarray] = []
+        for pr, q, v in pmap(candidates, groups):
+            v64 = v.astype(np.float64)
+            np.maximum.at(best, pr, v64)
+            keep = v64 >= best[pr] - eps2_32  # best only grows: a superset of the final filter
+            kp.append(pr[keep])
+            kq.append(q[keep])
+            kv.append(v64[keep])
+        pr, q, v = np.concatenate(kp), np.concatenate(kq), np.concatenate(kv)
+        keep = v >= best[pr] - eps2_32
+        pr, q = pr[keep], q[keep]
         np.minimum.at(out, pr, exact_dists(x, pr, q))
         return out
 
 
 class _Farthest:
-    """Running min similarity per point plus the (point, partner, s32) pairs that may attain it.
+    """Running min screening similarity per point plus the (point, partner, ŝ) pairs that may attain it.
 
-    Only for singleton classes (single-line tiles), so plain per-pair screening is cheap.
+    Only for singleton classes (single-line tiles), so plain per-pair screening is cheap. Values in
+    similarity units (ŝ = Q / S², negated: the farthest partner has the largest -ŝ).
     """
 
     def __init__(self, n: int, eps2: float) -> None:
@@ -181,8 +214,8 @@ class _Farthest:
         self.s: list[np.ndarray] = []
 
     def update(self, s: np.ndarray, p0: int, q0: int) -> None:
-        """Fold block ``s`` (points p0.. along rows, partners q0.. along columns)."""
-        t = -s.astype(np.float64)
+        """Fold block ``s`` (-ŝ; points p0.. along rows, partners q0.. along columns)."""
+        t = s
         cur = self.val[p0 : p0 + t.shape[0]]
         np.maximum(cur, t.max(axis=1), out=cur)
         line, partner = np.nonzero(t >= (cur - self.eps2)[:, None])
@@ -209,10 +242,11 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     n_cls = int(codes.max()) + 1
     if n_cls == 1:
         return np.ones(n), np.full(n, np.nan), np.full(n, np.inf)
-    eps2 = screen_margin(x0)
-
     perm = np.argsort(codes, kind="stable")
     x = x0[perm]
+    del x0  # only the class-sorted copy is used from here on
+    lp = Int8Rows(x)
+    eps2 = lp.eps2
     cs = codes[perm]
     counts = np.bincount(cs, minlength=n_cls)
     starts = np.concatenate([[0], np.cumsum(counts)])
@@ -234,23 +268,23 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
         _, alo, ahi, acls = tiles[pair[0]]
         _, blo, bhi, bcls = tiles[pair[1]]
         if not hasattr(local, "buf"):
-            local.buf = np.empty(min(tile, n) ** 2, dtype=np.float32)
+            local.buf = np.empty(min(tile, n) ** 2, dtype=np.int32)
         s = local.buf[: (ahi - alo) * (bhi - blo)].reshape(ahi - alo, bhi - blo)
-        np.matmul(x[alo:ahi], x[blo:bhi].T, out=s)
+        lp.gemm(alo, ahi, blo, bhi, s)
         if pair[0] == pair[1]:  # diagonal tile, same class: its rows cover every ordered pair
             if s.shape[0] == 1:
                 return pair, None, None, None
-            np.fill_diagonal(s, -np.inf)
+            np.fill_diagonal(s, _MASKED)
             return pair, _block_maxima(s, micro, cols=False)[0], None, None
         r, c = _block_maxima(s, micro, cols=True)
-        edge = s.copy() if acls != bcls and (singleton[acls] or singleton[bcls]) else None
+        edge = -lp.to_sim(s) if acls != bcls and (singleton[acls] or singleton[bcls]) else None
         return pair, r, c, edge
 
-    same = _Nearest(n, eps2)
-    diff = _Nearest(n, eps2)
+    same = _Nearest(n, lp)
+    diff = _Nearest(n, lp)
     far = _Farthest(n, eps2)  # singleton classes: farthest other-label sample
     pairs = ((i, j) for i in range(len(tiles)) for j in range(i, len(tiles)))  # lazy: O(#tiles²) pairs
-    with ordered_map(n > tile) as pmap:
+    with single_thread_torch(), ordered_map(n > tile) as pmap:
         for (i, j), r, c, edge in pmap(tile_maxima, pairs):
             ma0, alo, _, acls = tiles[i]
             mb0, blo, _, bcls = tiles[j]
@@ -299,11 +333,12 @@ def rank_label_errors(emb: np.ndarray, labels: object) -> Ranking:
     - only one distinct label (no other-label neighbour exists, d_diff = inf): every score is 1.0;
     - ties are ordered by sample index (stable sort).
 
-    Exact (equal to a float64 brute force): class-sorted upper-triangle float32 tiles are reduced to
-    per-micro-block (512-point) maxima per point; only micro-blocks within the screening margin of a
-    point's running max are kept, recomputed, and their partners re-evaluated in float64 (see the
-    module docstring and ``_kernels``). Memory O(N·D) plus one 4096×4096 float32 tile per worker
-    thread (at most 4); the upper triangle is computed once (each tile updates its rows and columns).
+    Exact (equal to a float64 brute force): class-sorted upper-triangle int8 screening tiles are reduced
+    to per-micro-block (64-point) maxima per point; only micro-blocks within the screening margin of a
+    point's running max are kept, recomputed in float32, and their partners re-evaluated in float64 (see
+    the module docstring, ``_Nearest``, ``_lowp`` and ``_kernels``). Memory O(N·D) plus one 2048×2048 int32
+    tile per worker thread (at most 4) and the records; the upper triangle is computed once (each tile
+    updates its rows and columns).
     """
     score, _, _ = label_error_scores(emb, labels)
     order = np.argsort(score, kind="stable")

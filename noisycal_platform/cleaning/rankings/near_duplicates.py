@@ -4,9 +4,10 @@ Hand-written because no library returns the *global* top-k pairs exactly in O(N�
 (faiss k-NN lists need a certificate and a retry to be exact).
 
 Scheme: the upper triangle is cut into ``_TILE``-point tiles; a tile is computed as strips of
-``_TILE // 8`` rows (one float32 GEMM each into a per-worker buffer that stays in cache), and each
-strip is screened against a threshold ``thr`` on the float32 similarity: every pair of the final
-top-k has ``s32 >= thr``. The survivors are re-evaluated in float64 (``_kernels.exact_dists``) and
+``_TILE // 8`` rows (one int8 product each, ``_lowp.Int8Rows``, into a per-worker int32 buffer that stays
+in cache), and each strip is screened against a threshold ``thr`` on the screening similarity
+ŝ = Q / S², within ``_lowp``'s rigorous margin of the exact one: every pair of the final top-k has
+``ŝ >= thr``. The survivors are re-evaluated in float64 (``_kernels.exact_dists``) and
 merged, in tile order, into a buffer of the best pairs, which tightens ``thr``. Tiles run on a few
 threads with a single-threaded BLAS each (``_kernels.ordered_map``).
 """
@@ -18,19 +19,20 @@ import threading
 
 import numpy as np
 
-from ._kernels import as_unit_embeddings, exact_dists, floor32, ordered_map, screen_margin
+from ._kernels import as_unit_embeddings, exact_dists, ordered_map
+from ._lowp import Int8Rows, single_thread_torch
 from .types import PairRanking
 
 __all__ = ["rank_near_duplicates"]
 
 _TILE = 4096  # tile side (points)
-_STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows: 8 MiB float32 buffer per worker
+_STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows: 8 MiB int32 buffer per worker
 
 _TileOut = tuple[np.ndarray, np.ndarray, np.ndarray, float]
 
 
 class _Screen:
-    """Shared float32 screening threshold (written by the main thread, read by the workers)."""
+    """Shared screening threshold (similarity units; written by the main thread, read by the workers)."""
 
     def __init__(self) -> None:
         self.thr = -2.0  # sims are >= -1 - eps: everything passes
@@ -46,14 +48,15 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
 
     ``top_k`` larger than N(N-1)/2 is **clamped**: all pairs are returned (none for N = 1).
 
-    Algorithm: upper-triangle tiles of float32 inner products, screened in row strips against a
-    threshold that only keeps pairs able to enter the top k: ``kth32 - eps2`` with kth32 the k-th
-    largest float32 similarity seen in the tile (while fewer than k pairs are merged), then
+    Algorithm: upper-triangle tiles of int8 screening products (``_lowp``), screened in row strips
+    against a threshold that only keeps pairs able to enter the top k: ``kth - eps2`` with kth the
+    k-th largest screening similarity seen in the tile (while fewer than k pairs are merged), then
     ``1 - 2 d_k - eps2`` with d_k the current k-th smallest exact distance (eps2 =
-    ``screen_margin``). Survivors are re-evaluated in float64 and only pairs with d <= d_k are kept
-    (ties included; the final order is by (d, i, j)), so the result equals a float64 brute force
-    and does not depend on the tile order, the thread timing or the worker count. Memory:
-    O(N·D + k) plus one 512×4096 float32 strip per worker thread (at most 4).
+    ``Int8Rows.eps2``: twice the rigorous screening error plus twice the norm deviation). Survivors
+    are re-evaluated in float64 and only pairs with d <= d_k are kept (ties included; the final
+    order is by (d, i, j)), so the result equals a float64 brute force and does not depend on the
+    tile order, the thread timing or the worker count. Memory:
+    O(N·D + k) (an int8 copy of the rows) plus one 512×4096 int32 strip per worker thread (at most 4).
     """
     x = as_unit_embeddings(emb)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
@@ -62,7 +65,9 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     k = int(min(int(top_k), n * (n - 1) // 2))
     if k == 0:
         return PairRanking(np.empty((0, 2), np.int64), np.empty(0, np.float64))
-    eps2 = screen_margin(x)
+    lp = Int8Rows(x)
+    eps2 = lp.eps2
+    masked = np.iinfo(np.int32).min  # below every screening product
 
     tile = min(_TILE, n)
     h = max(1, tile // _STRIPS_PER_TILE)
@@ -74,25 +79,25 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
         """Survivors (i, j, d) of tile (a, b) and its own threshold (runs in a worker)."""
         a, b = ab
         if not hasattr(local, "buf"):
-            local.buf = np.empty(h * tile, dtype=np.float32)
-        top = None if screen.full else np.empty(0, np.float32)  # k largest s32 of this tile so far
+            local.buf = np.empty(h * tile, dtype=np.int32)
+        top = None if screen.full else np.empty(0, np.int32)  # k largest products Q of this tile so far
         thr_own = -2.0
         out_i, out_j = [], []
         for r0 in range(a, min(a + tile, n), h):
             r1 = min(r0 + h, a + tile, n)
             c0, c1 = (r0 if a == b else b), min(b + tile, n)  # diagonal tile: columns >= r0 only
             s = local.buf[: (r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
-            np.matmul(x[r0:r1], x[c0:c1].T, out=s)
+            lp.gemm(r0, r1, c0, c1, s)
             if a == b:
-                np.copyto(s[:, : r1 - r0], -np.inf, where=tri[: r1 - r0, : r1 - r0])
+                np.copyto(s[:, : r1 - r0], masked, where=tri[: r1 - r0, : r1 - r0])
             if top is not None:
                 flat = s.ravel()
                 top = np.concatenate([top, flat[flat >= top.min()] if top.size >= k else flat])
                 if top.size > k:
                     top = np.partition(top, top.size - k)[top.size - k :]
-                if top.size >= k and np.isfinite(kth := float(top.min())):
-                    thr_own = max(thr_own, kth - eps2)
-            thr = floor32(max(screen.thr, thr_own))  # rounded down: never drops a pair
+                if top.size >= k and (kth := int(top.min())) > masked:
+                    thr_own = max(thr_own, lp.to_sim(kth) - eps2)
+            thr = lp.int_threshold(max(screen.thr, thr_own))  # rounded down: never drops a pair
             rows = np.flatnonzero(s.max(axis=1) >= thr)  # row maxima first: 2.5x cheaper than s >= thr
             if rows.size:
                 w = c1 - c0
@@ -108,9 +113,9 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     buf_j = np.empty(0, np.int64)
     buf_d = np.empty(0, np.float64)
     tiles = ((a, b) for a in range(0, n, tile) for b in range(a, n, tile))
-    with ordered_map(n > tile) as pmap:
+    with single_thread_torch(), ordered_map(n > tile) as pmap:
         for ii, jj, dd, thr_own in pmap(tile_pairs, tiles):
-            # k pairs with s32 >= kth32 exist, so every top-k pair has s32 >= kth32 - eps2
+            # k pairs with ŝ >= kth exist, so every top-k pair has ŝ >= kth - eps2
             screen.thr = max(screen.thr, thr_own)
             if ii.size == 0:
                 continue
@@ -121,7 +126,7 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
                 dk = float(np.partition(buf_d, k - 1)[k - 1])
                 keep = buf_d <= dk
                 buf_i, buf_j, buf_d = buf_i[keep], buf_j[keep], buf_d[keep]
-                # d <= dk  =>  s >= 1 - 2 dk (up to rounding); screen float32 values with the bound
+                # d <= dk  =>  s >= 1 - 2 dk (up to the norm deviation); screen ŝ with the bound
                 screen.thr = max(screen.thr, 1.0 - 2.0 * dk - eps2)
                 screen.full = True
 

@@ -214,6 +214,39 @@ def test_bad_inputs_are_named():
         nc_ece(s[:10], a, chans)
 
 
+def test_large_input_two_item_ranges_match_per_item_sums_and_name_bad_scores():
+    """Above 2^20 items the pattern kernel sums two fixed item ranges (on two threads where there are two
+    cores): it must equal the per-item formula Σ_k |Σ_{i∈k}(Ỹ_i − s_i)| / N evaluated with explicit
+    corrected labels, and a bad score or annotation in the second range must still be named."""
+    n = (1 << 20) + 12_345
+    rng = np.random.default_rng(7)
+    s = rng.random(n)
+    s[:3] = [0.0, 1.0, np.nextafter(1.0, 0.0)]
+    fpr, fnr = np.array([0.1, 0.05, 0.25]), np.array([0.2, 0.1, 0.15])
+    chans = [Channel(f, b) for f, b in zip(fpr, fnr, strict=True)]
+    a8 = rng.integers(-1, 2, size=(n, 3)).astype(np.int8)
+    w = np.array([0.5, 0.3, 0.2])
+    res = nc_ece(s, a8, chans, weights=w, n_bins=15)
+    present = a8 >= 0
+    wp = present * w
+    y = (np.where(present, (a8 - fpr) / (1 - fpr - fnr), 0.0) * wp).sum(axis=1)
+    inc = wp.sum(axis=1) > 0
+    y = y[inc] / wp.sum(axis=1)[inc]
+    b = np.minimum(np.floor(s[inc] * 15).astype(int), 14)
+    expect = np.abs(np.bincount(b, weights=y - s[inc], minlength=15)).sum() / inc.sum()
+    assert res.n_items == int(inc.sum())
+    assert res.n_unannotated == int((~present).all(axis=1).sum())
+    assert res.value == pytest.approx(expect, rel=1e-9, abs=1e-12)
+    np.testing.assert_array_equal(res.bins["n"].to_numpy(), np.bincount(b, minlength=15)[np.bincount(b) > 0])
+    for bad_score in (1e8, np.inf, 1.05, np.nextafter(1.0, 2.0), -0.5):
+        with pytest.raises(ValueError, match="scores"):
+            nc_ece(np.r_[s[:-9], bad_score, s[-8:]], a8, chans, weights=w)
+    bad = a8.copy()
+    bad[n - 5, 2] = 2
+    with pytest.raises(ValueError, match=r"annotations.*got .*2"):
+        nc_ece(s, bad, chans, weights=w)
+
+
 CIFAR = shared_path("data", "cifar10n", "cifar10n_binary_vehicle.csv")
 
 

@@ -13,4 +13,5 @@ def small_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(near_duplicates, "_TILE", 96)
     monkeypatch.setattr(_mst, "_TILE", 96)
     monkeypatch.setattr(label_errors, "_TILE", 80)
+    monkeypatch.setattr(label_errors, "_MICRO_PER_TILE", 8)  # micro-blocks of 10 points
     monkeypatch.setattr(_kernels, "BLOCK_ELEMS", 40_000)

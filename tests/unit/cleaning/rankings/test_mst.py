@@ -52,13 +52,17 @@ def with_copies(n: int, dim: int, seed: int) -> np.ndarray:
     return x
 
 
+@pytest.mark.parametrize("screen_min", [0, 10**9])  # rescans screened by int8 outside maxima, or never
 @pytest.mark.parametrize("workers", [1, 4])
-@pytest.mark.parametrize(("n", "dim", "copies"), [(5, 3, False), (300, 10, True), (650, 6, False)])
-def test_mst_equals_kruskal(small_tiles, monkeypatch, workers, n, dim, copies):
+@pytest.mark.parametrize(("n", "dim", "copies"), [(5, 3, False), (300, 10, True), (650, 6, False), (900, 24, False)])
+def test_mst_equals_kruskal(small_tiles, monkeypatch, workers, n, dim, copies, screen_min):
     monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     monkeypatch.setattr(_mst, "_PARALLEL_MIN", 0)  # threaded rescans even for small inputs
+    monkeypatch.setattr(_mst, "_SCREEN_MIN", screen_min)
     x = with_copies(n, dim, seed=n) if copies else clustered(n, dim=dim, seed=n)
     i, j, d, stats = _mst.exact_mst(unit32(x))
+    if screen_min == 0 and n >= 300:
+        assert stats["screened"]  # the screening path ran
     ri, rj, rd = kruskal(x)
     ei, ej, ed = sorted_edges(i, j, d)
     np.testing.assert_array_equal(ei, ri)

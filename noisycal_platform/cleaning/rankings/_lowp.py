@@ -1,0 +1,96 @@
+"""Int8 screening products for the rankings' GEMM passes; exactness is kept by the float64 re-evaluation.
+
+The unit float32 rows x_i are quantised once with one global scale S = 127 / max|x| (less when D·127² would
+overflow int32): q_i = round(S·x_i) (int8),
+and a tile of inner products is the exact integer product Q = q_a·q_bᵀ (int32, ``torch._int_mm``: VNNI/AMX
+int8 kernels, several times the float32 GEMM rate on current x86 CPUs). With e_i = q_i / S − x_i (computed in
+float64), every screening value ŝ_ij = Q_ij / S² obeys
+
+    |ŝ_ij − x_i·x_j| = |x_i·e_j + e_i·x_j + e_i·e_j| ≤ 2·max‖x‖·max‖e‖ + max‖e‖²      (Cauchy–Schwarz)
+
+(``margin``; a 1e-9 slack covers the float64 rounding of the bound itself). It replaces the float32 GEMM
+error bound of ``_kernels.sim_error_bound`` in the screening margin: eps2 = 2·margin + 2·max|‖x_i‖² − 1|
+(``eps2``), so every decision the rankings take on ŝ keeps the pairs that the exact float64 distance needs.
+Float thresholds t become integer thresholds floor(t·S²) − 1 (``int_threshold``: never above the exact one).
+
+Reference for the rounding argument: N. J. Higham, "Accuracy and Stability of Numerical Algorithms" (2002), §3.1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._kernels import BLOCK_ELEMS
+
+
+def _torch():
+    import torch  # heavy: imported on first use (STYLE: heavy imports inside the function)
+
+    return torch
+
+
+class Int8Rows:
+    """Int8 copy of unit float32 rows with its screening scale and rigorous error margin."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        torch = _torch()
+        n, dim = x.shape
+        amax = float(np.abs(x).max()) if x.size else 1.0
+        qmax = min(127, math.isqrt((2**31 - 1) // max(dim, 1)))  # |Q| <= D·qmax² stays within int32
+        self.scale = qmax / amax if amax > 0 else 1.0
+        self.scale2 = self.scale * self.scale
+        q = np.empty((n, dim), np.int8)
+        e_max = x_max = dev = 0.0
+        step = max(1, BLOCK_ELEMS // (8 * dim))
+        for a in range(0, n, step):  # chunked: no full float64 copy
+            xa = x[a : a + step].astype(np.float64)
+            qa = np.rint(xa * self.scale)
+            q[a : a + step] = qa
+            e = qa / self.scale - xa
+            e_max = max(e_max, float(np.sqrt(np.einsum("nd,nd->n", e, e).max())))
+            nn = np.einsum("nd,nd->n", xa, xa)
+            x_max = max(x_max, float(np.sqrt(nn.max())))
+            dev = max(dev, float(np.abs(nn - 1.0).max()))
+        self.q = torch.from_numpy(q)
+        self.margin = 2.0 * x_max * e_max + e_max * e_max + 1e-9
+        self.eps2 = 2.0 * self.margin + 2.0 * dev + 1e-12
+
+    def gemm(self, r0: int, r1: int, c0: int, c1: int, out: np.ndarray) -> np.ndarray:
+        """Q = q[r0:r1]·q[c0:c1]ᵀ into the int32 buffer ``out`` (shape (r1 - r0, c1 - c0)); one thread per caller."""
+        torch = _torch()
+        torch.set_num_threads(1)  # per calling thread (OpenMP); callers hold `single_thread_torch`, which restores
+        torch._int_mm(self.q[r0:r1], self.q[c0:c1].T, out=torch.from_numpy(out))
+        return out
+
+    def gemm_rows(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """Q for the gathered rows ``rows`` against q[c0:c1] (int32)."""
+        torch = _torch()
+        torch.set_num_threads(1)
+        return torch._int_mm(self.q[torch.from_numpy(np.asarray(rows, np.int64))], self.q[c0:c1].T).numpy()
+
+    def int_threshold(self, t: float) -> int:
+        """Integer threshold T with Q >= T for every Q / S² >= t (T = floor(t·S²) − 1, clamped to int32)."""
+        if not math.isfinite(t):
+            return -(2**31) if t < 0 else 2**31 - 1
+        v = math.floor(t * self.scale2) - 1
+        return int(min(max(v, -(2**31)), 2**31 - 1))
+
+    def to_sim(self, v: np.ndarray | int | float) -> np.ndarray | float:
+        """Q / S² as float64 (screening similarity units)."""
+        return np.asarray(v, np.float64) / self.scale2 if isinstance(v, np.ndarray) else float(v) / self.scale2
+
+
+class single_thread_torch:
+    """Context for a ranking that calls `Int8Rows.gemm`: torch's intra-op thread count is restored on exit (the
+    products run one thread each; the rankings' worker threads share the cores)."""
+
+    def __enter__(self) -> single_thread_torch:
+        torch = _torch()
+        self.n = torch.get_num_threads()
+        torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _torch().set_num_threads(self.n)
