@@ -55,47 +55,27 @@ def debiased_abs_sum(moments: Any, variances: Any) -> np.ndarray:
 
 
 def debiased_normal_interval(
-    moments: Any, replicate_moments: Any, level: float = 0.95, *, world: str = "bootstrap"
+    moments: Any, replicate_moments: Any, level: float = 0.95
 ) -> tuple[float, float, float, np.ndarray]:
-    """The debiased NC-ECE and its normal interval D(m̂) ± z_{1−α/2}·s, clipped at 0 below.
+    """The debiased NC-ECE and its normal interval D(m̂) ± z_{1−α/2}·sd_b D(m*_b), clipped at 0 below.
 
     m̂ : (M,) per-bin moments; m*_b : (R, M) their bootstrap replicates (identified ones only); σ̂² their
     bootstrap variances; D(m) = `debiased_abs_sum`(m, σ̂²) (Kumar, Liang & Ma 2019, §5). The centre is the
     debiased estimate, whose bias is small where the plug-in's is not; the spread is the bootstrap s.d. of the
     same estimator, the asymptotic-normal shape of Sun, Chaudhari, Barnett & Dobriban (2024), arXiv 2408.08998,
     with the bootstrap s.d. in place of their plug-in
-    variance so that it carries the channels' re-estimation in every replicate:
-
-    - ``world="bootstrap"``: s = sd_b D(m*_b), the replicates around m̂ (binary `calibration_test`);
-    - ``world="shrunk"``: s = sd_b D(m̃ + m*_b − m̂), the same deviations (channel refits included) moved to
-      moments of the debiased sizes, m̃_k = sign(m̂_k)·max(2|m̂_k| − E_{N(m̂_k, σ̂_k²)}|R|, 0) (the bootstrap
-      re-centred at a shrunk estimate where the functional is not differentiable, as in Andrews 2000,
-      Econometrica 68, for a parameter on a boundary). Why: a bin with m_k = 0 sits at |m̂_k| ≈ 0.8 σ_k, so the
-      world around m̂ gives D_k a variance of 0.91 σ_k² against its true 0.66 σ_k² (0.91 vs 0.78 at |m_k| =
-      0.5 σ_k); the shrunk world gives 0.83 / 0.86. It is not more accurate everywhere: at |m_k| = 1–2 σ_k both
-      worlds understate D_k's variance (true 1.03–1.17 σ_k²; bootstrap world 0.96–1.08, shrunk 0.92–1.05), and
-      on the multi-class tuning design D's empirical s.d. over 400 runs is 1.03–1.05× the bootstrap world's
-      mean (within the 3.5% Monte-Carlo error) and 1.05× the shrunk world's. Chosen for the multi-class test
-      on tuning seeds because it keeps coverage ≥ 93% at a width ≤ 1.15× the basic interval's for classwise
-      NC-ECE (0.950 / 0.940 with known / estimated channels at 1.141 / 1.145; bootstrap world 0.960 / 0.943 at
-      1.160 / 1.165) and changes top-label by under 0.3% (benchmarks/intervals.md). The centre is the same.
-
+    variance so that it carries the channels' re-estimation in every replicate.
     Chosen by simulation on tuning seeds over the basic, percentile, normal and bias-corrected intervals
     (benchmarks/intervals.md): the basic interval's bootstrap bias correction is off wherever bins sit near
     zero (the bootstrap world's bias of |m̂| is not the real one), which cost it 3–7 points of coverage.
     Returns (D(m̂), low, high, σ̂²); the bounds are NaN with fewer than two replicates.
     """
-    if world not in ("bootstrap", "shrunk"):
-        raise ValueError(f"world must be 'bootstrap' or 'shrunk', got {world!r}")
     m = np.asarray(moments, float)
     rep = np.nan_to_num(np.asarray(replicate_moments, float).reshape(-1, m.size))
     var = np.var(rep, axis=0, ddof=1) if rep.shape[0] > 1 else np.zeros(m.size)
     estimate = float(debiased_abs_sum(m, var))
     if rep.shape[0] < 2:
         return estimate, float("nan"), float("nan"), var
-    if world == "shrunk":
-        per_bin = 2 * np.abs(m) - folded_normal_mean(m, np.sqrt(var))
-        rep = np.sign(m) * np.maximum(per_bin, 0.0) + (rep - m)
     half = float(ndtri(1 - (1 - level) / 2) * debiased_abs_sum(rep, var).std(ddof=1))
     return estimate, max(estimate - half, 0.0), estimate + half, var
 

