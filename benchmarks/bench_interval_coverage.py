@@ -8,8 +8,8 @@ Settings (the guarantee tier's, tests/guarantees/_runs.py):
 
 The shipped tests run unchanged; their replicate arrays are recorded by wrapping the replicate evaluation, and
 every candidate is computed from the same record, so the comparison is paired. The shipped interval is the last
-row (binary: the debiased normal interval of the score-group moments; multi-class, since 2026-12-06: the shrunk
-world); `ci_low`/`ci_high` of the result equal it (asserted in every run).
+row (binary: the debiased normal interval of the score-group moments; multi-class: the "debiased normal" row);
+`ci_low`/`ci_high` of the result equal it (asserted in every run).
 
 Seeds (TUNING; disjoint from the guarantee tier's 23,000,000–23,069,999 and the unit tests'): binary data and
 bootstrap seed 700,000 + r; multi-class 710,000 + r.
@@ -77,9 +77,8 @@ NAMES = ("basic", "percentile", "normal", "debiased normal", "debiased basic", "
          "debiased pivot", *(f"partly debiased normal, λ = {lam}" for lam in PARTIAL),
          "debiased centre, linear (delta-method) s.d.", "studentised (t* about θ̂, per-bin Gaussian se)",
          "debiased normal, shrunk bootstrap world", "empirical Bayes (NPMLE), normal",
-         "shipped: binary debiased normal with score-group moments; multi-class shrunk world")
+         "shipped: debiased normal (binary: with score-group moments)")
 SCORE_GROUP = len(NAMES) - 1  # the shipped row
-SHRUNK = NAMES.index("debiased normal, shrunk bootstrap world")
 DIAG_LAMS = (*PARTIAL, 1.0)  # diagnostic rows after NAMES: (D_λ(m̂), sd_b D_λ(m*)) per λ
 _GH_Z, _GH_W = np.polynomial.hermite_e.hermegauss(60)
 _GH_W = _GH_W / _GH_W.sum()
@@ -166,7 +165,7 @@ def candidates(value: float, b_val: np.ndarray, moments: np.ndarray, b_mom: np.n
         out.append((eb - Z * eb_sd, eb + Z * eb_sd))
     else:  # the EM per replicate costs more than the rest together: only with --eb
         out.append((np.nan, np.nan))
-    out.append(out[SHRUNK])  # multi-class (binary: replaced in `binary_run`)
+    out.append(out[3])  # multi-class (binary: replaced in `binary_run`)
     return np.maximum(np.array(out + diag, float), 0.0)
 
 
