@@ -320,8 +320,8 @@ def calibration_test_multiclass(
     Returns the binary test's `CalibrationTest`: ``nc_ece`` equals `nc_ece_multiclass`; ``nc_ece_debiased``
     is `debiased_abs_sum` (Kumar, Liang & Ma 2019, "Verified uncertainty calibration", NeurIPS) of the moments
     m_gk/G with their bootstrap variances (the bias it leaves, largest in calibrated bins, is stated there);
-    ``ci_low``/``ci_high`` the basic bootstrap interval; ``p_value``/``null_q95`` from the parametric bootstrap
-    under H0 (Bröcker & Smith 2007, "Increasing the reliability of reliability diagrams", Weather Forecast.
+    ``ci_low``/``ci_high`` the debiased normal interval (module doc); ``p_value``/``null_q95`` from the parametric
+    bootstrap under H0 (Bröcker & Smith 2007, "Increasing the reliability of reliability diagrams", Weather Forecast.
     22, consistency resampling with noisy annotators). ``bins`` has a ``class`` column (−1 for top-label;
     moments per class unscaled); ``weights`` is (K, C); ``channels`` / ``prevalence`` hold the binary channels
     and P(Y = 1) for C = 2 and () / nan for C > 2 (the confusion matrices are the caller's ``fitted`` or
