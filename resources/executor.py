@@ -32,11 +32,14 @@ steps; the wrapper's job name, used only for those keys, carries the run id.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
 import json
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +57,9 @@ __all__ = [
     "forget_service_cluster",
     "kernel_client",
     "record_service_cluster",
+    "run_steps_on_worker",
     "service_scheduler",
+    "worker_stats",
 ]
 
 EXECUTORS = ("in_process", "multiprocess", "dask")
@@ -132,17 +137,155 @@ class _OpaqueRun:
         return copy.copy, (self._run,)
 
 
+#: What this process did as a Dask worker (:func:`run_steps_on_worker`): ``tasks`` run, ``instances_opened``,
+#: ``code_location_loads`` (the code location's module executed during a task: none after the worker preload
+#: of ``orchestration.dask_cluster``), ``jobs_built`` (the run's job subset built: once per run and worker) and
+#: ``pool_waits`` (tasks that found their pool's slot taken). Read with ``client.run(worker_stats)``.
+WORKER_STATS: collections.Counter[str] = collections.Counter()
+_WORKER_INSTANCES: dict[str, dg.DagsterInstance] = {}
+_WORKER_JOBS: collections.OrderedDict[object, dg.JobDefinition] = collections.OrderedDict()
+_WORKER_JOBS_KEPT = 8  # runs whose job subsets a worker keeps (runs in progress at once, with room)
+_WORKER_LOCK = threading.Lock()
+
+
+def worker_stats() -> dict[str, int]:
+    """This process's :data:`WORKER_STATS` (a copy)."""
+    return dict(WORKER_STATS)
+
+
+def _worker_instance(instance_ref) -> dg.DagsterInstance:
+    """The run's Dagster instance, opened once per worker process (not once per task as dagster-dask does)."""
+    key = dg.serialize_value(instance_ref)
+    with _WORKER_LOCK:
+        instance = _WORKER_INSTANCES.get(key)
+        if instance is None:
+            instance = _WORKER_INSTANCES[key] = dg.DagsterInstance.from_ref(instance_ref)
+            WORKER_STATS["instances_opened"] += 1
+    return instance
+
+
+def _worker_job(recon_job) -> dg.JobDefinition:
+    """The run's job (its asset subset), built once per worker process and run (Dagster's own cache keeps one
+    job per process, so two runs whose tasks alternate on a worker rebuilt it for every task)."""
+    with _WORKER_LOCK:
+        job = _WORKER_JOBS.get(recon_job)
+        if job is not None:
+            _WORKER_JOBS.move_to_end(recon_job)
+            return job
+    job = recon_job.get_definition()
+    with _WORKER_LOCK:
+        _WORKER_JOBS[recon_job] = job
+        WORKER_STATS["jobs_built"] += 1
+        while len(_WORKER_JOBS) > _WORKER_JOBS_KEPT:
+            _WORKER_JOBS.popitem(last=False)
+    return job
+
+
+def _code_module(recon_job) -> str | None:
+    """The module name the job's code pointer imports (``definitions`` for ``workspace.yaml``'s file)."""
+    pointer = recon_job.repository.pointer
+    if getattr(pointer, "python_file", None):
+        return Path(pointer.python_file).stem
+    return getattr(pointer, "module", None)
+
+
+@contextlib.contextmanager
+def _pool_slot(pool: str | None, limit: int | None) -> Iterator[None]:
+    """Hold one of ``limit`` cluster-wide leases of ``pool`` (a ``distributed.Semaphore``) while the step runs.
+
+    Dagster's own executors enforce an instance's pools (``dagster.yaml``: one slot each); dagster-dask does
+    not, so two DuckDB-warehouse steps on two workers met on DuckDB's file lock, where ``DuckDBResource``
+    backs off exponentially (0.1, 0.2, ... 51.2 s: a waiter sleeps up to twice the holder's time). A task
+    that waits for the lease secedes from its worker's thread pool meanwhile (the worker runs other tasks,
+    e.g. the kernel tasks of the step that holds the lease)."""
+    if pool is None or not limit:
+        yield
+        return
+    import distributed
+
+    semaphore = distributed.Semaphore(max_leases=limit, name=f"noisycal-pool-{pool}")
+    if semaphore.acquire(timeout=0):
+        acquired = True
+    else:
+        WORKER_STATS["pool_waits"] += 1
+        distributed.secede()
+        try:
+            acquired = semaphore.acquire()
+        finally:
+            distributed.rejoin()
+    try:
+        yield
+    finally:
+        if acquired:
+            semaphore.release()
+
+
+def run_steps_on_worker(
+    dependencies: list, recon_job, dagster_run, run_config, step_keys: list[str], instance_ref, known_state,
+    pool: str | None = None, pool_limit: int | None = None,
+) -> list:
+    """One Dask task: execute ``step_keys`` of the run on this worker; the step's events.
+
+    ``dependencies`` (the upstream steps' futures) only order the tasks. Differences from dagster-dask's
+    ``query_on_dask_worker``, each measured on the demo home (``benchmarks/bench_executor.py``): the job is the
+    run's own asset subset as the run process built it (dagster-dask re-subsets it by op selection only, which
+    drops the asset selection: a multi-check step such as ``latest_run_succeeded`` then evaluated the checks
+    of every asset of the code location, 40+ events of SQLite writes, in every run); the instance is opened
+    once per worker process; the run's pool is held cluster-wide (:func:`_pool_slot`)."""
+    from dagster._core.definitions.job_base import InMemoryJob
+    from dagster._core.execution.api import create_execution_plan, execute_plan
+
+    WORKER_STATS["tasks"] += 1
+    module = _code_module(recon_job)
+    loaded = sys.modules.get(module) if module else None
+    job = _worker_job(recon_job)
+    if module and sys.modules.get(module) is not loaded:
+        WORKER_STATS["code_location_loads"] += 1
+    instance = _worker_instance(instance_ref)
+    plan = create_execution_plan(job, run_config=run_config, step_keys_to_execute=step_keys, known_state=known_state)
+    with _pool_slot(pool, pool_limit):
+        return execute_plan(plan, InMemoryJob(job), instance, dagster_run, run_config=run_config)
+
+
 @functools.cache
 def _dask_executor_class() -> type:
-    from dagster_dask.executor import DaskExecutor
+    from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements
 
     class OpaqueRunDaskExecutor(DaskExecutor):
-        """``DaskExecutor`` whose tasks receive the run as :class:`_OpaqueRun` (see module docstring)."""
+        """``DaskExecutor`` whose tasks are :func:`run_steps_on_worker` and receive the run as :class:`_OpaqueRun`
+        (module docstring). ``pools``: hold the instance's pools across the cluster (the DuckDB warehouse)."""
+
+        def __init__(self, cluster_type, cluster_configuration, pools: bool = False):
+            super().__init__(cluster_type, cluster_configuration)
+            self.pools = pools
 
         def execute(self, plan_context, execution_plan):
-            ctx = copy.copy(plan_context)
-            ctx._plan_data = plan_context.plan_data._replace(dagster_run=_OpaqueRun(plan_context.dagster_run))
-            return super().execute(ctx, execution_plan)
+            import distributed
+            from dagster._core.errors import raise_execution_interrupts
+            from dagster._utils import iterate_with_context
+
+            run = _OpaqueRun(plan_context.dagster_run)
+            limit = plan_context.instance.global_op_concurrency_default_limit if self.pools else None
+            with contextlib.ExitStack() as stack:
+                if self.cluster_type == "existing":
+                    cluster = self.cluster_configuration["address"]
+                else:  # "local": a cluster for this run only
+                    cluster = stack.enter_context(distributed.LocalCluster(**self.build_dict(run.job_name)))
+                client = stack.enter_context(distributed.Client(cluster))
+                futures: dict[str, object] = {}
+                for level in execution_plan.get_steps_to_execute_by_level():
+                    for step in level:
+                        upstream = [futures[k] for inp in step.step_inputs for k in inp.dependency_keys]
+                        futures[step.key] = client.submit(
+                            run_steps_on_worker, upstream, plan_context.reconstructable_job, run,
+                            plan_context.run_config, [step.key], plan_context.instance.get_ref(),
+                            execution_plan.known_state, step.pool, limit,
+                            key=f"{run.job_name}.{step.key}",  # unique per run (module docstring)
+                            resources=get_dask_resource_requirements(step.tags),
+                        )
+                done = distributed.as_completed(list(futures.values()), with_results=True)
+                for _future, events in iterate_with_context(raise_execution_interrupts, done):
+                    yield from events
 
     return OpaqueRunDaskExecutor
 
@@ -159,7 +302,7 @@ def _dask_executor(settings: SettingsResource, home: str | Path | None) -> dg.Ex
     @dg.executor(name="dask", requirements=dg.multiple_process_executor_requirements())
     def dask(_init_context) -> dg.Executor:
         ((kind, config),) = dask_cluster_config(settings, home).items()  # at run start: is a service up?
-        return cls(kind, config)
+        return cls(kind, config, pools=settings.warehouse == "duckdb")
 
     return dask
 
