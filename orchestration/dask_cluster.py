@@ -10,7 +10,8 @@ its own, and each new worker process imported the code location again before its
 per worker per run on a 2-core box, most of the 5× the executor cost there).
 
 Each worker imports the code location once, when it starts (:func:`dask_setup`, a Dask worker preload): the steps
-it runs later find it loaded (``resources.executor`` also keeps the run's job and plan per worker process).
+it runs later find it loaded (``resources.executor.run_steps_on_worker`` also keeps the instance and each run's job
+per worker process, and counts what it had to build: ``resources.executor.worker_stats``).
 """
 
 from __future__ import annotations

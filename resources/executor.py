@@ -21,13 +21,27 @@ from the worker's thread pool while its kernel tasks run, so two steps waiting o
 the cluster); outside a worker, a client of ``dask_scheduler`` when one is set; otherwise none (the
 single-process kernels).
 
-Two fixes over dagster-dask 0.29.27, both in :class:`_OpaqueRun`, which the executor hands out in place of the
-run record: (1) the record goes to ``Client.submit`` as a plain argument, and dask's task spec (2024.12 and later)
-walks every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so
-every run failed before its first step; the wrapper is not a tuple and unpickles as the run itself on the
-worker. (2) Dask task keys are ``<job name>.<step key>``, so two runs of one job at once on a shared scheduler
-(two partitions) got the same keys, and Dask gave the second run the first run's results without running its
-steps; the wrapper's job name, used only for those keys, carries the run id.
+The executor is dagster-dask 0.29.27's ``DaskExecutor`` with its own ``execute``; what it changes, each found on
+the demo home (``benchmarks/bench_executor.py``; the task function is :func:`run_steps_on_worker`):
+(1) the run record goes to ``Client.submit`` as :class:`_OpaqueRun`: dask's task spec (2024.12 and later) walks
+every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so every run
+failed before its first step; the wrapper is not a tuple and unpickles as the run itself on the worker.
+(2) Task keys are ``<job name>-<run id>.<step key>``: with dagster-dask's ``<job name>.<step key>`` two runs of
+one job at once on a shared scheduler (two partitions) got the same keys, and Dask gave the second run the
+first run's results without running its steps.
+(3) A task executes the run's own job, with its asset selection; dagster-dask's task re-subset the job by op
+selection only, which dropped the asset selection, so a multi-asset or multi-check step executed every one of
+its outputs: the ``latest_run_succeeded`` check step evaluated the checks of all 40+ assets in every run (about
+5 s of SQLite event writes per run on a loaded 2-core box, against 0.2 s in process), and a
+``rank_near_duplicates`` refill would compute the label-error ranking too (a multi-asset step computes what the
+job selects).
+(4) A worker process opens the Dagster instance once and builds each run's job once (dagster-dask: both per
+task), and never re-imports the code location (the worker preload of ``orchestration.dask_cluster`` does, once);
+:func:`worker_stats` counts all three, which ``tests/scale/test_dask_executor.py`` checks.
+(5) With the DuckDB warehouse, a step's pool (``duckdb``, ``compute``: one slot each in ``dagster.yaml``) is held
+across the cluster (:func:`_pool_slot`), as Dagster's own executors hold it; dagster-dask ignores pools, and two
+warehouse steps on two workers met on DuckDB's file lock and its exponential back-off. With the Parquet
+warehouse the pools are not held: its writers never wait on each other.
 """
 
 from __future__ import annotations
@@ -35,7 +49,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import copy
-import functools
 import json
 import os
 import sys
@@ -50,12 +63,16 @@ from noisycal_platform.files import atomic_write_text
 from resources.settings import SettingsResource
 
 __all__ = [
+    "CLUSTER_POOLS",
+    "CLUSTER_STEPS",
     "EXECUTORS",
     "SERVICE_CLUSTER_FILE",
+    "NoisycalDaskExecutor",
     "dask_cluster_config",
     "executor_for",
     "forget_service_cluster",
     "kernel_client",
+    "needs_cluster",
     "record_service_cluster",
     "run_steps_on_worker",
     "service_scheduler",
@@ -247,62 +264,98 @@ def run_steps_on_worker(
         return execute_plan(plan, InMemoryJob(job), instance, dagster_run, run_config=run_config)
 
 
-@functools.cache
-def _dask_executor_class() -> type:
-    from dagster_dask.executor import DaskExecutor, get_dask_resource_requirements
+#: Steps that run on the cluster's workers even when the run's other steps may not (see :class:`NoisycalDaskExecutor`):
+#: those of the ``compute`` pool (encoder training, the embeddings' forward pass) and the one step whose kernel splits
+#: into row-block tasks on the cluster (``cleaning/rank_near_duplicates`` + ``rank_label_errors``).
+CLUSTER_POOLS = frozenset({"compute"})
+CLUSTER_STEPS = frozenset({"neighbour_rankings"})
 
-    class OpaqueRunDaskExecutor(DaskExecutor):
-        """``DaskExecutor`` whose tasks are :func:`run_steps_on_worker` and receive the run as :class:`_OpaqueRun`
-        (module docstring). ``pools``: hold the instance's pools across the cluster (the DuckDB warehouse)."""
 
-        def __init__(self, cluster_type, cluster_configuration, pools: bool = False):
-            super().__init__(cluster_type, cluster_configuration)
-            self.pools = pools
+def needs_cluster(step) -> bool:
+    """Whether a step's work is worth a Dask worker (:data:`CLUSTER_POOLS`, :data:`CLUSTER_STEPS`)."""
+    return step.pool in CLUSTER_POOLS or step.key in CLUSTER_STEPS
 
-        def execute(self, plan_context, execution_plan):
-            import distributed
-            from dagster._core.errors import raise_execution_interrupts
-            from dagster._utils import iterate_with_context
 
-            run = _OpaqueRun(plan_context.dagster_run)
-            limit = plan_context.instance.global_op_concurrency_default_limit if self.pools else None
-            with contextlib.ExitStack() as stack:
-                if self.cluster_type == "existing":
-                    cluster = self.cluster_configuration["address"]
-                else:  # "local": a cluster for this run only
-                    cluster = stack.enter_context(distributed.LocalCluster(**self.build_dict(run.job_name)))
-                client = stack.enter_context(distributed.Client(cluster))
-                futures: dict[str, object] = {}
-                for level in execution_plan.get_steps_to_execute_by_level():
-                    for step in level:
-                        upstream = [futures[k] for inp in step.step_inputs for k in inp.dependency_keys]
-                        futures[step.key] = client.submit(
-                            run_steps_on_worker, upstream, plan_context.reconstructable_job, run,
-                            plan_context.run_config, [step.key], plan_context.instance.get_ref(),
-                            execution_plan.known_state, step.pool, limit,
-                            key=f"{run.job_name}.{step.key}",  # unique per run (module docstring)
-                            resources=get_dask_resource_requirements(step.tags),
-                        )
-                done = distributed.as_completed(list(futures.values()), with_results=True)
-                for _future, events in iterate_with_context(raise_execution_interrupts, done):
-                    yield from events
+def _resource_requirements(tags) -> dict:
+    """Dask resources a step asks for in its ``dagster-dask/resource_requirements`` tag (a JSON object)."""
+    text = (tags or {}).get("dagster-dask/resource_requirements")
+    return json.loads(text) if text else {}
 
-    return OpaqueRunDaskExecutor
+
+class NoisycalDaskExecutor(dg.Executor):
+    """One Dask task per step (:func:`run_steps_on_worker`), on the cluster ``cluster_type``/``config`` names
+    (``"existing"``: a scheduler address; ``"local"``: a ``LocalCluster`` for this run only).
+
+    ``local_light``: the cluster is on this host (the service's ``LocalCluster``, or the run's own), and a run
+    none of whose steps :func:`needs_cluster` runs in the run's own process, as the in-process executor runs it:
+    on one host its steps gain nothing from a worker, and a Dask task costs the run process the import of
+    ``distributed`` (about 2.6 s of CPU) plus a round trip per step. With ``"dask_scheduler"`` (a cluster that may
+    span hosts) every step goes to the cluster. ``pools``: hold the instance's pools across the cluster
+    (:func:`_pool_slot`; the DuckDB warehouse)."""
+
+    def __init__(self, cluster_type: str, config: dict, *, pools: bool = False, local_light: bool = False):
+        self.cluster_type, self.config, self.pools, self.local_light = cluster_type, dict(config), pools, local_light
+
+    @property
+    def retries(self):
+        from dagster._core.execution.retries import RetryMode
+
+        return RetryMode.DISABLED
+
+    def execute(self, plan_context, execution_plan):
+        steps = [step for level in execution_plan.get_steps_to_execute_by_level() for step in level]
+        if self.local_light and not any(needs_cluster(step) for step in steps):
+            from dagster._core.executor.in_process import InProcessExecutor
+
+            yield from InProcessExecutor(self.retries).execute(plan_context, execution_plan)
+            return
+        yield from self._execute_on_cluster(plan_context, execution_plan)
+
+    def _execute_on_cluster(self, plan_context, execution_plan):
+        import distributed
+        from dagster._core.errors import raise_execution_interrupts
+        from dagster._utils import iterate_with_context
+
+        run = _OpaqueRun(plan_context.dagster_run)
+        limit = plan_context.instance.global_op_concurrency_default_limit if self.pools else None
+        with contextlib.ExitStack() as stack:
+            if self.cluster_type == "existing":
+                cluster = self.config["address"]
+            else:  # "local": a cluster for this run only
+                local = {**self.config, "threads_per_worker": 1}
+                cluster = stack.enter_context(distributed.LocalCluster(**local))
+            client = stack.enter_context(distributed.Client(cluster))
+            futures: dict[str, object] = {}
+            for level in execution_plan.get_steps_to_execute_by_level():
+                for step in level:
+                    upstream = [futures[k] for inp in step.step_inputs for k in inp.dependency_keys]
+                    futures[step.key] = client.submit(
+                        run_steps_on_worker, upstream, plan_context.reconstructable_job, run,
+                        plan_context.run_config, [step.key], plan_context.instance.get_ref(),
+                        execution_plan.known_state, step.pool, limit,
+                        key=f"{run.job_name}.{step.key}",  # unique per run (module docstring)
+                        resources=_resource_requirements(step.tags),
+                    )
+            done = distributed.as_completed(list(futures.values()), with_results=True)
+            for _future, events in iterate_with_context(raise_execution_interrupts, done):
+                yield from events
 
 
 def _dask_executor(settings: SettingsResource, home: str | Path | None) -> dg.ExecutorDefinition:
-    try:
-        cls = _dask_executor_class()
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    import importlib.util
+
+    if importlib.util.find_spec("distributed") is None:  # pragma: no cover - depends on the installed extras
         raise ImportError(
-            'settings.json selects "executor": "dask" but dagster-dask is not installed; '
+            'settings.json selects "executor": "dask" but dask.distributed is not installed; '
             "install the `scale` extra: pip install -c constraints.txt '.[scale]'"
-        ) from exc
+        )
 
     @dg.executor(name="dask", requirements=dg.multiple_process_executor_requirements())
     def dask(_init_context) -> dg.Executor:
         ((kind, config),) = dask_cluster_config(settings, home).items()  # at run start: is a service up?
-        return cls(kind, config, pools=settings.warehouse == "duckdb")
+        return NoisycalDaskExecutor(
+            kind, config, pools=settings.warehouse == "duckdb", local_light=not settings.dask_scheduler
+        )
 
     return dask
 

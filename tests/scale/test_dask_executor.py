@@ -214,12 +214,14 @@ def test_service_cluster_is_found_only_while_its_process_lives(tmp_path):
     assert not (home / "dagster" / "dask_cluster.json").exists()
 
 
-@pytest.mark.slow  # 20-70 s: a two-worker cluster and two runs from processes of their own
-@pytest.mark.timeout(300)
+@pytest.mark.slow  # 30-90 s: a two-worker cluster, two runs from processes of their own, a tiny encoder
+@pytest.mark.timeout(400)
 def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, monkeypatch):
     """Settings name the dask executor without a scheduler; a live service cluster is recorded for the home
-    (what `noisycal serve` does): two runs one after the other both run every step on that cluster's two worker
-    processes, which were started before either run (a run's own LocalCluster would bring new processes)."""
+    (what `noisycal serve` does). A run with a step that needs the cluster (encoder training, ``compute`` pool)
+    runs every step on that cluster's two worker processes, which were started before the run (a run's own
+    LocalCluster would bring new processes); a run of light steps only (raw and staging tables) runs them in
+    its own process, as the in-process executor would, and starts no worker either."""
     home = tmp_path / "dask"
     monkeypatch.setenv("NOISYCAL_HOME", str(home))
     with distributed.LocalCluster(
@@ -229,11 +231,15 @@ def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, 
         record_service_cluster(home, cluster.scheduler_address, os.getpid())
         workers = set(client.run(os.getpid).values())
         assert len(workers) == 2
-        for version in VERSIONS:
-            ok, pids, failures = _concurrent_runs("small_job", [version])[version]
-            assert ok and pids, failures
-            assert set(pids) <= workers, (pids, workers)
+        ok, cluster_pids, failures, _ = _selected_run("cleaning_job", ["raw/images", "cleaning/ssl_encoder"], DATASET)
+        assert ok and cluster_pids, failures
+        assert set(cluster_pids) <= workers, (cluster_pids, workers)
+        ok, pids, failures = _concurrent_runs("small_job", ["v1"])["v1"]
+        assert ok and pids, failures
+        assert len(set(pids)) == 1 and not set(pids) & workers  # the run's own process
         assert set(client.run(os.getpid).values()) == workers  # the same two processes: none restarted
+        tasks = sum(stats.get("tasks", 0) for stats in client.run(worker_stats).values())
+        assert tasks == len(cluster_pids)  # one task per step of the first run; none of the second
 
 
 def _selected_run(job: str, names: list[str], version: str) -> tuple[bool, list[int], list[str], str]:
