@@ -28,7 +28,8 @@ Then the steps whose duration grew most from in-process to Dask. CPU seconds: th
 (webserver, daemon, code servers, run processes, Dask workers: user + system, /proc), over the timed window.
 
 ``--rows-json F`` writes the row of ``make bench``: Dask time / in-process time (goal ≤ 1.5).
-Quiet-box command: ``nice -n 10 .venv/bin/python benchmarks/bench_executor.py`` (about 10 min on a 2-core box).
+Quiet-box command: ``nice -n 10 .venv/bin/python benchmarks/bench_executor.py`` (about 20 min on the loaded 2-core
+box; ``--quick``, the calibration inputs only, about 10).
 """
 
 from __future__ import annotations
