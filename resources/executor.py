@@ -35,9 +35,12 @@ its outputs: the ``latest_run_succeeded`` check step evaluated the checks of all
 5 s of SQLite event writes per run on a loaded 2-core box, against 0.2 s in process), and a
 ``rank_near_duplicates`` refill would compute the label-error ranking too (a multi-asset step computes what the
 job selects).
-(4) A worker process opens the Dagster instance once and builds each run's job once (dagster-dask: both per
-task), and never re-imports the code location (the worker preload of ``orchestration.dask_cluster`` does, once);
-:func:`worker_stats` counts all three, which ``tests/scale/test_dask_executor.py`` checks.
+(4) A worker process opens the Dagster instance once (dagster-dask: once per task), keeps each run's job (its
+asset subset) for the run's tasks, and never re-imports the code location (the worker preload of
+``orchestration.dask_cluster`` does, once); :func:`worker_stats` counts all three, which
+``tests/scale/test_dask_executor.py`` checks. Dagster's plan API (``create_execution_plan``, ``execute_plan``)
+is imported from ``dagster_dask.executor``, where dagster-dask's own task imports it, so this shell names no
+private Dagster module (``tests/test_definitions.py``).
 (5) With the DuckDB warehouse, a step's pool (``duckdb``, ``compute``: one slot each in ``dagster.yaml``) is held
 across the cluster (:func:`_pool_slot`), as Dagster's own executors hold it; dagster-dask ignores pools, and two
 warehouse steps on two workers met on DuckDB's file lock and its exponential back-off. With the Parquet
@@ -249,8 +252,9 @@ def run_steps_on_worker(
     drops the asset selection: a multi-check step such as ``latest_run_succeeded`` then evaluated the checks
     of every asset of the code location, 40+ events of SQLite writes, in every run); the instance is opened
     once per worker process; the run's pool is held cluster-wide (:func:`_pool_slot`)."""
-    from dagster._core.definitions.job_base import InMemoryJob
-    from dagster._core.execution.api import create_execution_plan, execute_plan
+    # Dagster's plan API, as dagster-dask's own task calls it (imported from there: this shell names no private
+    # Dagster module; tests/test_definitions.py)
+    from dagster_dask.executor import create_execution_plan, execute_plan
 
     WORKER_STATS["tasks"] += 1
     module = _code_module(recon_job)
@@ -261,7 +265,7 @@ def run_steps_on_worker(
     instance = _worker_instance(instance_ref)
     plan = create_execution_plan(job, run_config=run_config, step_keys_to_execute=step_keys, known_state=known_state)
     with _pool_slot(pool, pool_limit):
-        return execute_plan(plan, InMemoryJob(job), instance, dagster_run, run_config=run_config)
+        return execute_plan(plan, recon_job, instance, dagster_run, run_config=run_config)
 
 
 #: Steps that run on the cluster's workers even when the run's other steps may not (see :class:`NoisycalDaskExecutor`):
@@ -293,28 +297,25 @@ class NoisycalDaskExecutor(dg.Executor):
     span hosts) every step goes to the cluster. ``pools``: hold the instance's pools across the cluster
     (:func:`_pool_slot`; the DuckDB warehouse)."""
 
-    def __init__(self, cluster_type: str, config: dict, *, pools: bool = False, local_light: bool = False):
+    def __init__(self, in_process: dg.Executor, cluster_type: str, config: dict, *, pools: bool = False,
+                 local_light: bool = False):
+        self.in_process = in_process  # Dagster's in-process executor, retries disabled as on the cluster
         self.cluster_type, self.config, self.pools, self.local_light = cluster_type, dict(config), pools, local_light
 
     @property
     def retries(self):
-        from dagster._core.execution.retries import RetryMode
-
-        return RetryMode.DISABLED
+        return self.in_process.retries
 
     def execute(self, plan_context, execution_plan):
         steps = [step for level in execution_plan.get_steps_to_execute_by_level() for step in level]
         if self.local_light and not any(needs_cluster(step) for step in steps):
-            from dagster._core.executor.in_process import InProcessExecutor
-
-            yield from InProcessExecutor(self.retries).execute(plan_context, execution_plan)
+            yield from self.in_process.execute(plan_context, execution_plan)
             return
         yield from self._execute_on_cluster(plan_context, execution_plan)
 
     def _execute_on_cluster(self, plan_context, execution_plan):
         import distributed
-        from dagster._core.errors import raise_execution_interrupts
-        from dagster._utils import iterate_with_context
+        from dagster_dask.executor import iterate_with_context, raise_execution_interrupts  # as for the plan API
 
         run = _OpaqueRun(plan_context.dagster_run)
         limit = plan_context.instance.global_op_concurrency_default_limit if self.pools else None
@@ -344,17 +345,21 @@ class NoisycalDaskExecutor(dg.Executor):
 def _dask_executor(settings: SettingsResource, home: str | Path | None) -> dg.ExecutorDefinition:
     import importlib.util
 
-    if importlib.util.find_spec("distributed") is None:  # pragma: no cover - depends on the installed extras
+    if importlib.util.find_spec("dagster_dask") is None:  # pragma: no cover - depends on the installed extras
         raise ImportError(
-            'settings.json selects "executor": "dask" but dask.distributed is not installed; '
+            'settings.json selects "executor": "dask" but dagster-dask is not installed; '
             "install the `scale` extra: pip install -c constraints.txt '.[scale]'"
         )
 
     @dg.executor(name="dask", requirements=dg.multiple_process_executor_requirements())
-    def dask(_init_context) -> dg.Executor:
+    def dask(init_context) -> dg.Executor:
         ((kind, config),) = dask_cluster_config(settings, home).items()  # at run start: is a service up?
+        in_process = dg.in_process_executor.executor_creation_fn(dg.InitExecutorContext(
+            job=init_context.job, executor_def=dg.in_process_executor,
+            executor_config={"retries": {"disabled": {}}}, instance=init_context.instance,
+        ))
         return NoisycalDaskExecutor(
-            kind, config, pools=settings.warehouse == "duckdb", local_light=not settings.dask_scheduler
+            in_process, kind, config, pools=settings.warehouse == "duckdb", local_light=not settings.dask_scheduler
         )
 
     return dask
