@@ -75,6 +75,8 @@ BENCHES: tuple[Bench, ...] = (
           "sklearn/ours ≥ 3,000×"),
     Bench("service_latency", "bench_service_latency.py", "service: dropped batch → final calibration report",
           "median of 3 drops < 30 s"),
+    Bench("executor", "bench_executor.py", "demo home through `noisycal serve`: dask executor vs in process",
+          "dask / in process ≤ 1.5×"),
 )
 SETUP_ROWS = (  # (what, goal in seconds) of --setup
     ("newcomer: fresh clone, `make demo` (environment build included)", 6 * 60.0),

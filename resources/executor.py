@@ -21,22 +21,41 @@ from the worker's thread pool while its kernel tasks run, so two steps waiting o
 the cluster); outside a worker, a client of ``dask_scheduler`` when one is set; otherwise none (the
 single-process kernels).
 
-Two fixes over dagster-dask 0.29.27, both in :class:`_OpaqueRun`, which the executor hands out in place of the
-run record: (1) the record goes to ``Client.submit`` as a plain argument, and dask's task spec (2024.12 and later)
-walks every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so
-every run failed before its first step; the wrapper is not a tuple and unpickles as the run itself on the
-worker. (2) Dask task keys are ``<job name>.<step key>``, so two runs of one job at once on a shared scheduler
-(two partitions) got the same keys, and Dask gave the second run the first run's results without running its
-steps; the wrapper's job name, used only for those keys, carries the run id.
+The executor is dagster-dask 0.29.27's ``DaskExecutor`` with its own ``execute``; what it changes, each found on
+the demo home (``benchmarks/bench_executor.py``; the task function is :func:`run_steps_on_worker`):
+(1) the run record goes to ``Client.submit`` as :class:`_OpaqueRun`: dask's task spec (2024.12 and later) walks
+every tuple argument, while the run (a named tuple) holds a Dagster record that forbids iteration, so every run
+failed before its first step; the wrapper is not a tuple and unpickles as the run itself on the worker.
+(2) Task keys are ``<job name>-<run id>.<step key>``: with dagster-dask's ``<job name>.<step key>`` two runs of
+one job at once on a shared scheduler (two partitions) got the same keys, and Dask gave the second run the
+first run's results without running its steps.
+(3) A task executes the run's own job, with its asset selection; dagster-dask's task re-subset the job by op
+selection only, which dropped the asset selection, so a multi-asset or multi-check step executed every one of
+its outputs: the ``latest_run_succeeded`` check step evaluated the checks of all 40+ assets in every run (about
+5 s of SQLite event writes per run on a loaded 2-core box, against 0.2 s in process), and a
+``rank_near_duplicates`` refill would compute the label-error ranking too (a multi-asset step computes what the
+job selects).
+(4) A worker process opens the Dagster instance once (dagster-dask: once per task), keeps each run's job (its
+asset subset) for the run's tasks, and never re-imports the code location (the worker preload of
+``orchestration.dask_cluster`` does, once); :func:`worker_stats` counts all three, which
+``tests/scale/test_dask_executor.py`` checks. Dagster's plan API (``create_execution_plan``, ``execute_plan``)
+is imported from ``dagster_dask.executor``, where dagster-dask's own task imports it, so this shell names no
+private Dagster module (``tests/test_definitions.py``).
+(5) With the DuckDB warehouse, a step's pool (``duckdb``, ``compute``: one slot each in ``dagster.yaml``) is held
+across the cluster (:func:`_pool_slot`), as Dagster's own executors hold it; dagster-dask ignores pools, and two
+warehouse steps on two workers met on DuckDB's file lock and its exponential back-off. With the Parquet
+warehouse the pools are not held: its writers never wait on each other.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
-import functools
 import json
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,14 +66,20 @@ from noisycal_platform.files import atomic_write_text
 from resources.settings import SettingsResource
 
 __all__ = [
+    "CLUSTER_POOLS",
+    "CLUSTER_STEPS",
     "EXECUTORS",
     "SERVICE_CLUSTER_FILE",
+    "NoisycalDaskExecutor",
     "dask_cluster_config",
     "executor_for",
     "forget_service_cluster",
     "kernel_client",
+    "needs_cluster",
     "record_service_cluster",
+    "run_steps_on_worker",
     "service_scheduler",
+    "worker_stats",
 ]
 
 EXECUTORS = ("in_process", "multiprocess", "dask")
@@ -132,34 +157,210 @@ class _OpaqueRun:
         return copy.copy, (self._run,)
 
 
-@functools.cache
-def _dask_executor_class() -> type:
-    from dagster_dask.executor import DaskExecutor
+#: What this process did as a Dask worker (:func:`run_steps_on_worker`): ``tasks`` run, ``instances_opened``,
+#: ``code_location_loads`` (the code location's module executed during a task: none after the worker preload
+#: of ``orchestration.dask_cluster``), ``jobs_built`` (the run's job subset built: once per run and worker) and
+#: ``pool_waits`` (tasks that found their pool's slot taken). Read with ``client.run(worker_stats)``.
+WORKER_STATS: collections.Counter[str] = collections.Counter()
+_WORKER_INSTANCES: dict[str, dg.DagsterInstance] = {}
+_WORKER_JOBS: collections.OrderedDict[object, dg.JobDefinition] = collections.OrderedDict()
+_WORKER_JOBS_KEPT = 8  # runs whose job subsets a worker keeps (runs in progress at once, with room)
+_WORKER_LOCK = threading.Lock()
 
-    class OpaqueRunDaskExecutor(DaskExecutor):
-        """``DaskExecutor`` whose tasks receive the run as :class:`_OpaqueRun` (see module docstring)."""
 
-        def execute(self, plan_context, execution_plan):
-            ctx = copy.copy(plan_context)
-            ctx._plan_data = plan_context.plan_data._replace(dagster_run=_OpaqueRun(plan_context.dagster_run))
-            return super().execute(ctx, execution_plan)
+def worker_stats() -> dict[str, int]:
+    """This process's :data:`WORKER_STATS` (a copy)."""
+    return dict(WORKER_STATS)
 
-    return OpaqueRunDaskExecutor
+
+def _worker_instance(instance_ref) -> dg.DagsterInstance:
+    """The run's Dagster instance, opened once per worker process (not once per task as dagster-dask does)."""
+    key = dg.serialize_value(instance_ref)
+    with _WORKER_LOCK:
+        instance = _WORKER_INSTANCES.get(key)
+        if instance is None:
+            instance = _WORKER_INSTANCES[key] = dg.DagsterInstance.from_ref(instance_ref)
+            WORKER_STATS["instances_opened"] += 1
+    return instance
+
+
+def _worker_job(recon_job) -> dg.JobDefinition:
+    """The run's job (its asset subset), built once per worker process and run (Dagster's own cache keeps one
+    job per process, so two runs whose tasks alternate on a worker rebuilt it for every task)."""
+    with _WORKER_LOCK:
+        job = _WORKER_JOBS.get(recon_job)
+        if job is not None:
+            _WORKER_JOBS.move_to_end(recon_job)
+            return job
+    job = recon_job.get_definition()
+    with _WORKER_LOCK:
+        _WORKER_JOBS[recon_job] = job
+        WORKER_STATS["jobs_built"] += 1
+        while len(_WORKER_JOBS) > _WORKER_JOBS_KEPT:
+            _WORKER_JOBS.popitem(last=False)
+    return job
+
+
+def _code_module(recon_job) -> str | None:
+    """The module name the job's code pointer imports (``definitions`` for ``workspace.yaml``'s file)."""
+    pointer = recon_job.repository.pointer
+    if getattr(pointer, "python_file", None):
+        return Path(pointer.python_file).stem
+    return getattr(pointer, "module", None)
+
+
+@contextlib.contextmanager
+def _pool_slot(pool: str | None, limit: int | None) -> Iterator[None]:
+    """Hold one of ``limit`` cluster-wide leases of ``pool`` (a ``distributed.Semaphore``) while the step runs.
+
+    Dagster's own executors enforce an instance's pools (``dagster.yaml``: one slot each); dagster-dask does
+    not, so two DuckDB-warehouse steps on two workers met on DuckDB's file lock, where ``DuckDBResource``
+    backs off exponentially (0.1, 0.2, ... 51.2 s: a waiter sleeps up to twice the holder's time). A task
+    that waits for the lease secedes from its worker's thread pool meanwhile (the worker runs other tasks,
+    e.g. the kernel tasks of the step that holds the lease)."""
+    if pool is None or not limit:
+        yield
+        return
+    import distributed
+
+    semaphore = distributed.Semaphore(max_leases=limit, name=f"noisycal-pool-{pool}")
+    if semaphore.acquire(timeout=0):
+        acquired = True
+    else:
+        WORKER_STATS["pool_waits"] += 1
+        distributed.secede()
+        try:
+            acquired = semaphore.acquire()
+        finally:
+            distributed.rejoin()
+    try:
+        yield
+    finally:
+        if acquired:
+            semaphore.release()
+
+
+def run_steps_on_worker(
+    dependencies: list, recon_job, dagster_run, run_config, step_keys: list[str], instance_ref, known_state,
+    pool: str | None = None, pool_limit: int | None = None,
+) -> list:
+    """One Dask task: execute ``step_keys`` of the run on this worker; the step's events.
+
+    ``dependencies`` (the upstream steps' futures) only order the tasks. Differences from dagster-dask's
+    ``query_on_dask_worker``, each measured on the demo home (``benchmarks/bench_executor.py``): the job is the
+    run's own asset subset as the run process built it (dagster-dask re-subsets it by op selection only, which
+    drops the asset selection: a multi-check step such as ``latest_run_succeeded`` then evaluated the checks
+    of every asset of the code location, 40+ events of SQLite writes, in every run); the instance is opened
+    once per worker process; the run's pool is held cluster-wide (:func:`_pool_slot`)."""
+    # Dagster's plan API, as dagster-dask's own task calls it (imported from there: this shell names no private
+    # Dagster module; tests/test_definitions.py)
+    from dagster_dask.executor import create_execution_plan, execute_plan
+
+    WORKER_STATS["tasks"] += 1
+    module = _code_module(recon_job)
+    loaded = sys.modules.get(module) if module else None
+    job = _worker_job(recon_job)
+    if module and sys.modules.get(module) is not loaded:
+        WORKER_STATS["code_location_loads"] += 1
+    instance = _worker_instance(instance_ref)
+    plan = create_execution_plan(job, run_config=run_config, step_keys_to_execute=step_keys, known_state=known_state)
+    with _pool_slot(pool, pool_limit):
+        return execute_plan(plan, recon_job, instance, dagster_run, run_config=run_config)
+
+
+#: Steps that run on the cluster's workers even when the run's other steps may not (see :class:`NoisycalDaskExecutor`):
+#: those of the ``compute`` pool (encoder training, the embeddings' forward pass) and the one step whose kernel splits
+#: into row-block tasks on the cluster (``cleaning/rank_near_duplicates`` + ``rank_label_errors``).
+CLUSTER_POOLS = frozenset({"compute"})
+CLUSTER_STEPS = frozenset({"neighbour_rankings"})
+
+
+def needs_cluster(step) -> bool:
+    """Whether a step's work is worth a Dask worker (:data:`CLUSTER_POOLS`, :data:`CLUSTER_STEPS`)."""
+    return step.pool in CLUSTER_POOLS or step.key in CLUSTER_STEPS
+
+
+def _resource_requirements(tags) -> dict:
+    """Dask resources a step asks for in its ``dagster-dask/resource_requirements`` tag (a JSON object)."""
+    text = (tags or {}).get("dagster-dask/resource_requirements")
+    return json.loads(text) if text else {}
+
+
+class NoisycalDaskExecutor(dg.Executor):
+    """One Dask task per step (:func:`run_steps_on_worker`), on the cluster ``cluster_type``/``config`` names
+    (``"existing"``: a scheduler address; ``"local"``: a ``LocalCluster`` for this run only).
+
+    ``local_light``: the cluster is on this host (the service's ``LocalCluster``, or the run's own), and a run
+    none of whose steps :func:`needs_cluster` runs in the run's own process, as the in-process executor runs it:
+    on one host its steps gain nothing from a worker, and a Dask task costs the run process the import of
+    ``distributed`` (about 2.6 s of CPU) plus a round trip per step. With ``"dask_scheduler"`` (a cluster that may
+    span hosts) every step goes to the cluster. ``pools``: hold the instance's pools across the cluster
+    (:func:`_pool_slot`; the DuckDB warehouse)."""
+
+    def __init__(self, in_process: dg.Executor, cluster_type: str, config: dict, *, pools: bool = False,
+                 local_light: bool = False):
+        self.in_process = in_process  # Dagster's in-process executor, retries disabled as on the cluster
+        self.cluster_type, self.config, self.pools, self.local_light = cluster_type, dict(config), pools, local_light
+
+    @property
+    def retries(self):
+        return self.in_process.retries
+
+    def execute(self, plan_context, execution_plan):
+        steps = [step for level in execution_plan.get_steps_to_execute_by_level() for step in level]
+        if self.local_light and not any(needs_cluster(step) for step in steps):
+            yield from self.in_process.execute(plan_context, execution_plan)
+            return
+        yield from self._execute_on_cluster(plan_context, execution_plan)
+
+    def _execute_on_cluster(self, plan_context, execution_plan):
+        import distributed
+        from dagster_dask.executor import iterate_with_context, raise_execution_interrupts  # as for the plan API
+
+        run = _OpaqueRun(plan_context.dagster_run)
+        limit = plan_context.instance.global_op_concurrency_default_limit if self.pools else None
+        with contextlib.ExitStack() as stack:
+            if self.cluster_type == "existing":
+                cluster = self.config["address"]
+            else:  # "local": a cluster for this run only
+                local = {**self.config, "threads_per_worker": 1}
+                cluster = stack.enter_context(distributed.LocalCluster(**local))
+            client = stack.enter_context(distributed.Client(cluster))
+            futures: dict[str, object] = {}
+            for level in execution_plan.get_steps_to_execute_by_level():
+                for step in level:
+                    upstream = [futures[k] for inp in step.step_inputs for k in inp.dependency_keys]
+                    futures[step.key] = client.submit(
+                        run_steps_on_worker, upstream, plan_context.reconstructable_job, run,
+                        plan_context.run_config, [step.key], plan_context.instance.get_ref(),
+                        execution_plan.known_state, step.pool, limit,
+                        key=f"{run.job_name}.{step.key}",  # unique per run (module docstring)
+                        resources=_resource_requirements(step.tags),
+                    )
+            done = distributed.as_completed(list(futures.values()), with_results=True)
+            for _future, events in iterate_with_context(raise_execution_interrupts, done):
+                yield from events
 
 
 def _dask_executor(settings: SettingsResource, home: str | Path | None) -> dg.ExecutorDefinition:
-    try:
-        cls = _dask_executor_class()
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    import importlib.util
+
+    if importlib.util.find_spec("dagster_dask") is None:  # pragma: no cover - depends on the installed extras
         raise ImportError(
             'settings.json selects "executor": "dask" but dagster-dask is not installed; '
             "install the `scale` extra: pip install -c constraints.txt '.[scale]'"
-        ) from exc
+        )
 
     @dg.executor(name="dask", requirements=dg.multiple_process_executor_requirements())
-    def dask(_init_context) -> dg.Executor:
+    def dask(init_context) -> dg.Executor:
         ((kind, config),) = dask_cluster_config(settings, home).items()  # at run start: is a service up?
-        return cls(kind, config)
+        in_process = dg.in_process_executor.executor_creation_fn(dg.InitExecutorContext(
+            job=init_context.job, executor_def=dg.in_process_executor,
+            executor_config={"retries": {"disabled": {}}}, instance=init_context.instance,
+        ))
+        return NoisycalDaskExecutor(
+            in_process, kind, config, pools=settings.warehouse == "duckdb", local_light=not settings.dask_scheduler
+        )
 
     return dask
 

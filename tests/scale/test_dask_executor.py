@@ -28,6 +28,7 @@ from resources.executor import (
     forget_service_cluster,
     record_service_cluster,
     service_scheduler,
+    worker_stats,
 )
 from resources.settings import SettingsResource
 from tests.scale import jobs
@@ -213,12 +214,14 @@ def test_service_cluster_is_found_only_while_its_process_lives(tmp_path):
     assert not (home / "dagster" / "dask_cluster.json").exists()
 
 
-@pytest.mark.slow  # 20-70 s: a two-worker cluster and two runs from processes of their own
-@pytest.mark.timeout(300)
+@pytest.mark.slow  # 30-90 s: a two-worker cluster, two runs from processes of their own, a tiny encoder
+@pytest.mark.timeout(400)
 def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, monkeypatch):
     """Settings name the dask executor without a scheduler; a live service cluster is recorded for the home
-    (what `noisycal serve` does): two runs one after the other both run every step on that cluster's two worker
-    processes, which were started before either run (a run's own LocalCluster would bring new processes)."""
+    (what `noisycal serve` does). A run with a step that needs the cluster (encoder training, ``compute`` pool)
+    runs every step on that cluster's two worker processes, which were started before the run (a run's own
+    LocalCluster would bring new processes); a run of light steps only (raw and staging tables) runs them in
+    its own process, as the in-process executor would, and starts no worker either."""
     home = tmp_path / "dask"
     monkeypatch.setenv("NOISYCAL_HOME", str(home))
     with distributed.LocalCluster(
@@ -228,8 +231,52 @@ def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, 
         record_service_cluster(home, cluster.scheduler_address, os.getpid())
         workers = set(client.run(os.getpid).values())
         assert len(workers) == 2
-        for version in VERSIONS:
-            ok, pids, failures = _concurrent_runs("small_job", [version])[version]
-            assert ok and pids, failures
-            assert set(pids) <= workers, (pids, workers)
+        ok, cluster_pids, failures, _ = _selected_run("cleaning_job", ["raw/images", "cleaning/ssl_encoder"], DATASET)
+        assert ok and cluster_pids, failures
+        assert set(cluster_pids) <= workers, (cluster_pids, workers)
+        ok, pids, failures = _concurrent_runs("small_job", ["v1"])["v1"]
+        assert ok and pids, failures
+        assert len(set(pids)) == 1 and not set(pids) & workers  # the run's own process
         assert set(client.run(os.getpid).values()) == workers  # the same two processes: none restarted
+        tasks = sum(stats.get("tasks", 0) for stats in client.run(worker_stats).values())
+        assert tasks == len(cluster_pids)  # one task per step of the first run; none of the second
+
+
+def _selected_run(job: str, names: list[str], version: str) -> tuple[bool, list[int], list[str], str]:
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
+        return pool.submit(jobs.execute_selected, job, names, version).result(timeout=600)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(tmp_path, monkeypatch):
+    """Two runs of an asset subset on a one-worker cluster: every step is a task on that worker, which imports
+    the code location's module once (its first task) and opens the instance once, however many tasks it runs;
+    and each task executes the run's own asset subset: the checks evaluated are those of the selected assets
+    (dagster-dask re-subset the job by op selection, dropping the assets, and a multi-check step then evaluated
+    the checks of every asset in the job)."""
+    home = tmp_path / "dask"
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))
+    selected = ["raw/predictions", "staging/stg_scored_items"]  # of the calibration job's many assets
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
+        runs = [_selected_run("calibration_job", selected, v) for v in VERSIONS]
+        (stats,) = client.run(worker_stats).values()
+    for ok, pids, failures, _ in runs:
+        assert ok and pids, failures
+    instance = instance_for(home)
+    steps = {run_id: instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS) for *_, run_id in runs}
+    n_tasks = sum(len(s) for s in steps.values())
+    assert n_tasks >= 2 * len(selected)
+    assert stats["tasks"] == n_tasks
+    assert stats["code_location_loads"] == 1  # tests.scale.jobs, imported by the worker's first task only
+    assert stats["instances_opened"] == 1
+    checked = {
+        e.dagster_event.event_specific_data.asset_key
+        for run_id in steps
+        for e in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+    }
+    assert checked and checked <= set(jobs.keys(selected))
+    assert stats["jobs_built"] == len(runs)  # the run's job subset: once per run on this worker
