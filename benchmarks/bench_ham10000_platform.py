@@ -154,10 +154,15 @@ def measure(args: argparse.Namespace) -> dict:
         table.append((f"step {s['step']}", s["seconds"], None))
         in_steps += s["seconds"]
         inner = [p for p in parts if s["start"] - 1e-3 <= p["end"] <= s["end"] + 1e-3]
-        for p in inner:
-            table.append((f"    {p['part']}", p["wall_s"], p["cpu_s"]))
+        top = []
+        for p in inner:  # a part inside another part (the ONNX export inside the forward pass) is not summed
+            nested = any(q is not p and q["end"] - q["wall_s"] <= p["end"] - p["wall_s"] and p["end"] <= q["end"]
+                         for q in inner)
+            table.append((f"{'        ' if nested else '    '}{p['part']}", p["wall_s"], p["cpu_s"]))
+            if not nested:
+                top.append(p)
         if inner:
-            rest = s["seconds"] - sum(p["wall_s"] for p in inner)
+            rest = s["seconds"] - sum(p["wall_s"] for p in top)
             table.append(("    rest of the step (other kernels, I/O, Dagster)", rest, None))
     checks = sum(s["seconds"] for s in steps if s["step"] == "latest_run_succeeded")
     table.append(("asset checks (latest_run_succeeded)", checks, None))

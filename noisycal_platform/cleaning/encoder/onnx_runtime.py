@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from .config import VIEWS
 
-__all__ = ["INFERENCE_BACKENDS", "embed_onnx", "onnx_model_path", "onnx_session"]
+__all__ = ["INFERENCE_BACKENDS", "embed_onnx", "embed_onnx_batches", "onnx_model_path", "onnx_session"]
 
 #: how a frozen EfficientNet-Lite runs on the CPU: ONNX Runtime (default) or eager PyTorch
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
@@ -164,9 +164,21 @@ def embed_onnx(encoder: Any, images: object, artifacts: str | os.PathLike[str], 
         out = np.empty((n, FEATURE_DIM), dtype=np.float32)
     elif out.shape != (n, FEATURE_DIM):
         raise ValueError(f"out: expected shape {(n, FEATURE_DIM)}, got {out.shape}")
+    return embed_onnx_batches(encoder, _uint8_batches(images, encoder.image_size, batch_size), artifacts, out,
+                              num_threads=num_threads)
+
+
+def embed_onnx_batches(encoder: Any, batches: Iterable[np.ndarray], artifacts: str | os.PathLike[str],
+                       out: np.ndarray, *, num_threads: int | None = None) -> np.ndarray:
+    """:func:`embed_onnx` of uint8 B×3×S×S ``batches`` (S = ``encoder.image_size``, e.g. from
+    ``images.iter_image_batches_sizes``) into the rows of ``out`` (float32 N×1280, filled in order)."""
+    n = out.shape[0]
     session = onnx_session(encoder, artifacts, num_threads=num_threads)
     s = 0
-    for batch in _uint8_batches(images, encoder.image_size, batch_size):
+    for batch in batches:
+        if tuple(batch.shape[1:]) != (3, encoder.image_size, encoder.image_size):
+            raise ValueError(f"batch: expected uint8 B×3×{encoder.image_size}×{encoder.image_size}, "
+                             f"got {tuple(batch.shape)}")
         feats = [session.run(None, {"pixels": np.ascontiguousarray(v)})[0] for v in _np_views(batch, encoder.views)]
         v = feats[0] if len(feats) == 1 else np.mean(np.stack(feats), axis=0, dtype=np.float32)
         v = v.astype(np.float32, copy=False)

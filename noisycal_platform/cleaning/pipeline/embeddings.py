@@ -374,7 +374,17 @@ def _frozen_embedding_matrices(
 
     emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
     hit = emb is not None
-    if emb is None:
+    base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if emb is None and base is None and backend == "onnxruntime":  # one decode per image feeds both entries
+        def both() -> np.ndarray:
+            _frozen_and_baseline_one_pass(paths, cfg, encoder, size, cache_dir, dataset_hash, key, base_key,
+                                          device=device, artifacts=artifacts)
+            return np.empty((0, 0), np.float32)
+
+        with part(f"embedding forward pass ({cfg['arch']}, {size} px, {backend}) + baseline, one decode"):
+            both() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), both)
+        emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
+    elif emb is None:
         with part(f"embedding forward pass ({cfg['arch']}, {size} px, {backend})"):
             forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
         emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
@@ -387,6 +397,43 @@ def _frozen_embedding_matrices(
     if emb is None or base is None:  # pragma: no cover - written just above
         raise RuntimeError(f"embedding cache under {cache_dir}: an entry just written does not load")
     return emb, base, hit
+
+
+def _frozen_and_baseline_one_pass(
+    paths: list[str], cfg: Mapping[str, Any], encoder: Mapping[str, Any], size: int,
+    cache_dir: str | os.PathLike[str], dataset_hash: str, key: str, base_key: str, *, device: str,
+    artifacts: str | os.PathLike[str] | None,
+) -> None:
+    """The frozen wheel encoder's entry ``key`` (ONNX Runtime) and the baseline's ``base_key`` from one decode of
+    each file (``images.iter_image_batches_sizes``: the encoder's and the baseline's squares of the same decoded
+    image, the pixels each separate pass would decode), the next batch decoded while this one runs."""
+    from noisycal_platform.cleaning.baseline import BaselineStream, baseline_dim
+    from noisycal_platform.cleaning.embedding_cache import cache_path, writing_npy
+    from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx_batches
+    from noisycal_platform.cleaning.encoder.pretrained import FEATURE_DIM, load_pretrained
+    from noisycal_platform.cleaning.encoder.real_data import BATCH_SIZE
+    from noisycal_platform.cleaning.images import iter_image_batches_sizes
+
+    if artifacts is None:  # pragma: no cover - resolve_backend gives onnxruntime only with artifacts
+        raise ValueError("artifacts: needed for the ONNX Runtime encoder")
+    enc = load_pretrained(cfg["encoder"], image_size=size, device=device, views=cfg["views"])
+    if enc.weights_sha256 != encoder["sha256"]:  # nothing is written
+        raise ValueError(f"encoder weights {enc.source} changed: sha256 {enc.weights_sha256}, recorded "
+                         f"{encoder['sha256']}")
+    n = len(paths)
+    with ExitStack() as stack:
+        out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, key), (n, FEATURE_DIM)))
+        base_out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, base_key),
+                                                   (n, baseline_dim())))
+        stream = stack.enter_context(BaselineStream(n, cache_dir, block_rows=STREAM_BATCH))
+
+        def feeding() -> Iterator[np.ndarray]:
+            for big, small in iter_image_batches_sizes(paths, (size, BASELINE_IMAGE_SIZE), BATCH_SIZE):
+                stream.add(small)
+                yield big
+
+        embed_onnx_batches(enc, feeding(), artifacts, out)
+        stream.finish(base_out)
 
 
 def embedding_manifest(dataset_hash: str, emb: np.memmap, base: np.memmap) -> pl.DataFrame:

@@ -279,18 +279,26 @@ MAX_BLOCK_PAIRS = 4096
 def _ratio_matches(frames: object, desc: object, valid: object, pi: object, pj: object, ratio: float
                    ) -> tuple[object, object, object]:
     """Lowe's ratio-test matches of the pairs (pi, pj): per pair the image-1 keypoint of each match and its
-    nearest image-2 keypoint, packed at the front in image-1 order, and the match count (torch tensors)."""
+    nearest image-2 keypoint, packed at the front in image-1 order, and the match count (torch tensors).
+
+    Squared descriptor distances ‖a‖² + ‖b‖² − 2a·b in one batched GEMM, the invalid image-2 keypoints made
+    +inf through ‖b‖²; only each row's two smallest are square-rooted. For integer (uint8) descriptors every
+    term and partial sum is an integer below 2²⁴, so float32 gives the squared distances exactly, their square
+    roots equal ``torch.cdist``'s, and the matches are those of ``cdist`` + ratio test on the roots (the square
+    root is strictly increasing on these integers, so the two nearest are the same)."""
     import torch
 
     v1, v2 = valid[pi], valid[pj]
-    dm = torch.cdist(desc[pi].float(), desc[pj].float())  # B×F×F descriptor distances
-    dm.masked_fill_(~v2[:, None, :], float("inf"))
-    if dm.shape[-1] >= 2:
-        two = dm.topk(2, dim=-1, largest=False)
-        best, second, nn = two.values[..., 0], two.values[..., 1], two.indices[..., 0]
+    a, b = desc[pi].float(), desc[pj].float()
+    a2 = (a * a).sum(-1)
+    b2 = (b * b).sum(-1).masked_fill_(~v2, float("inf"))
+    d2 = torch.baddbmm(a2[:, :, None] + b2[:, None, :], a, b.transpose(1, 2), alpha=-2.0).clamp_(min=0.0)
+    if d2.shape[-1] >= 2:
+        two = d2.topk(2, dim=-1, largest=False)
+        best, second, nn = two.values[..., 0].sqrt(), two.values[..., 1].sqrt(), two.indices[..., 0]
         ok = v1 & torch.isfinite(best) & (best < ratio * second)
     else:
-        best, nn = dm[..., 0], torch.zeros_like(v1, dtype=torch.long)
+        best, nn = d2[..., 0].sqrt(), torch.zeros_like(v1, dtype=torch.long)
         ok = v1 & torch.isfinite(best)
     front = torch.argsort((~ok).to(torch.int8), dim=1, stable=True)
     return front, torch.gather(nn, 1, front), ok.sum(1)

@@ -84,3 +84,56 @@ def test_backend_choice():
         resolve_backend("onnxruntime", "cpu", None)
     with pytest.raises(ValueError, match="backend"):
         resolve_backend("tvm", "cpu", "/x")
+
+
+def _png_files(tmp_path, x: np.ndarray) -> list[str]:
+    from PIL import Image
+
+    paths = []
+    for i, im in enumerate(x):
+        p = tmp_path / f"im{i:03d}.png"
+        Image.fromarray(im.transpose(1, 2, 0)).save(p)
+        paths.append(str(p))
+    return paths
+
+
+def test_several_sizes_from_one_decode_equal_one_pass_per_size(tmp_path):
+    from noisycal_platform.cleaning.images import iter_image_batches, iter_image_batches_sizes
+
+    rng = np.random.default_rng(4)
+    paths = _png_files(tmp_path, rng.integers(0, 256, size=(9, 3, 30, 41), dtype=np.uint8))
+    got = list(iter_image_batches_sizes(paths, (64, 16, 30), 4))
+    assert [b[0].shape[0] for b in got] == [4, 4, 1]
+    for k, size in enumerate((64, 16, 30)):
+        for mine, ref in zip((b[k] for b in got), iter_image_batches(paths, size, 4), strict=True):
+            np.testing.assert_array_equal(mine, ref)
+
+
+def test_the_embedding_step_decodes_once_and_equals_the_separate_passes(tmp_path, artifacts):
+    """With ONNX Runtime the frozen encoder's rows and the baseline's come from one decode per file: the rows
+    equal the encoder's on the decoded files and the baseline of the images decoded at 64 px, bit for bit."""
+    import json
+
+    import polars as pl
+
+    from noisycal_platform.cleaning.baseline import baseline_embedding
+    from noisycal_platform.cleaning.images import load_images
+    from noisycal_platform.cleaning.pipeline.embeddings import (
+        BASELINE_IMAGE_SIZE,
+        _frozen_encoder_row,
+        embedding_matrices,
+    )
+
+    paths = _png_files(tmp_path, _images(11, 48, seed=5))
+    images = pl.DataFrame({"idx": list(range(11)), "path": paths, "dataset_hash": ["h"] * 11})
+    row = _frozen_encoder_row("efficientnet-lite0", "", "none", image_size=64)
+    assert json.loads(row["config_json"])["image_size"] == 64
+    emb, base, hit = embedding_matrices(images, row, tmp_path / "cache", device="cpu", artifacts=artifacts)
+    assert not hit and str(emb.filename).endswith("-ort.npy")
+    enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
+    np.testing.assert_array_equal(emb, embed_onnx(enc, paths, artifacts, batch_size=64))
+    np.testing.assert_array_equal(base, baseline_embedding(load_images(paths, BASELINE_IMAGE_SIZE)))
+    ref = embed_frozen(enc, paths, batch_size=4)
+    np.testing.assert_allclose(emb, ref, rtol=1e-4, atol=1e-6)  # the torch rows, to float32 rounding
+    emb2, _, hit2 = embedding_matrices(images, row, tmp_path / "cache", device="cpu", artifacts=artifacts)
+    assert hit2 and np.array_equal(emb2, emb)
