@@ -61,7 +61,7 @@ def mixed() -> LocalFeatures:
 
     rng = np.random.default_rng(3)
     imgs = []
-    for s in range(4):
+    for _ in range(4):
         g = gaussian_filter(rng.random((128, 128)), 2.0)
         g = ((g - g.min()) / (g.max() - g.min()) * 255).round().astype(np.uint8)
         noisy = np.clip(g + rng.normal(0, 12, g.shape), 0, 255).astype(np.uint8)
