@@ -19,6 +19,8 @@ pairs (Abhishek et al. 2024) in its top 1,000; fastdup's pairs scored the same w
     nice -n 10 .venv/bin/python benchmarks/bench_ham10000_platform.py \\
         --fastdup-python .venv-peers/fastdup/bin/python --out /tmp/ham_platform        # all 10,015 images
     nice -n 10 .venv/bin/python benchmarks/bench_ham10000_platform.py --limit 2000 --out /tmp/ham_p2k   # a subset
+    nice -n 10 .venv/bin/python benchmarks/bench_ham10000_platform.py --noisycal /tmp/before/.venv/bin/noisycal \
+        --out /tmp/ham_before     # the same path through another checkout (before/after on one machine)
 
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
@@ -127,7 +129,8 @@ def measure(args: argparse.Namespace) -> dict:
     home, profile = out / "home", out / "profile.jsonl"
     env = {**os.environ, "NOISYCAL_HOME": str(home), "NOISYCAL_PROFILE": str(profile)}
     env.pop("PYTHONPATH", None)
-    noisycal = [str(Path(sys.executable).parent / "noisycal")]  # the console script of the venv, as a user types it
+    # the console script of the venv, as a user types it (--noisycal: another checkout's, e.g. the commit before)
+    noisycal = [str(args.noisycal or Path(sys.executable).parent / "noisycal")]
     load0 = os.getloadavg()
     log(f"N={n} images ({args.half}), {len(pos)} same-lesion pairs; load average {load0[0]:.2f} {load0[1]:.2f} "
         f"{load0[2]:.2f}; {os.cpu_count()} CPUs")
@@ -206,8 +209,9 @@ def table_rows(res: dict, quick: bool = False) -> list[dict]:
     peer = f"fastdup {fd['fastdup']} default fd.run()" if ok else "fastdup (not run)"
     ours = res["ours"]
     return [
-        row("ham10000_platform", f"HAM10000 via datasets add + tick, {res['n']:,} images (wall)", res["platform_seconds"],
-            "s", peer=peer, peer_value=fd["run_seconds"] if ok else None, goal=("ratio", ">=", 1.0), quick=quick,
+        row("ham10000_platform", f"HAM10000 via datasets add + tick, {res['n']:,} images (wall)",
+            res["platform_seconds"], "s", peer=peer, peer_value=fd["run_seconds"] if ok else None,
+            goal=("ratio", ">=", 1.0), quick=quick,
             note=f"{res['platform_cpu_seconds']:.0f} CPU s; fastdup process {fd['wall_seconds']:.0f} s wall, "
                  f"{fd['cpu_seconds']:.0f} CPU s; load {res['load_before'][0]:.1f} before" if ok else
                  f"{res['platform_cpu_seconds']:.0f} CPU s; load {res['load_before'][0]:.1f} before"),
@@ -226,6 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--fastdup-python", type=Path, default=None, help="python of a venv with fastdup installed")
     ap.add_argument("--threads", type=int, default=2, help="fastdup's num_threads")
     ap.add_argument("--out", type=Path, default=Path("/tmp/ham_platform"))
+    ap.add_argument("--noisycal", type=Path, default=None,
+                    help="the noisycal command to time (default: this venv's; another checkout's for a before/after)")
     ap.add_argument("--keep", action="store_true", help="reuse --out (a warm home: cache hits, not a user's first run)")
     ap.add_argument("--quick", action="store_true", help="--limit 300 (a smoke run; rows labelled quick)")
     add_rows_arg(ap)
