@@ -184,10 +184,11 @@ def _opencv_features(imgs: Sequence[np.ndarray] | Sequence[str], num_features: i
     return LocalFeatures(frames, desc, valid, diag)
 
 
-#: keypoints per image of the cleaning stage's SIFT verification: 128, chosen on HAM10000's tuning half
-#: (benchmarks/bench_ham10000_tune.py, Lite0 160 px, k = 10: recall@501 of the half's same-lesion pairs 0.300
-#: against 0.298 with 256, the same 10 of 12 audited pairs; 27% fewer SIFT CPU seconds, the F² matching ~4× less)
-SIFT_FEATURES = 128
+#: keypoints per image of the cleaning stage's SIFT verification: 96, the cheapest budget of the grid 256, 128, 96
+#: whose recall held on HAM10000's tuning half (benchmarks/bench_ham10000_tune.py, Lite0 160 px, k = 5: recall@501
+#: of the half's same-lesion pairs 0.2999 with 96, 0.2993 with 128, 0.2974 with 256; k = 10 with 256 keypoints, the
+#: earlier default, 0.2981; 10 of 12 audited pairs in every case). SIFT CPU seconds 28 / 34 / 47 per 5,007 images.
+SIFT_FEATURES = 96
 
 
 def sift_from_files(paths: Sequence[str | os.PathLike[str]], *, max_side: int | None = None,
