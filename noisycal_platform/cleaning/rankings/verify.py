@@ -283,36 +283,38 @@ HYPOTHESIS_BLOCK = 64 * 256 * 256
 MAX_BLOCK_PAIRS = 4096
 
 
-def _ratio_matches(frames: object, desc: object, valid: object, pi: object, pj: object, ratio: float
+def _ratio_matches(desc: object, sq: object, valid: object, pi: object, pj: object, ratio: float
                    ) -> tuple[object, object, object]:
     """Lowe's ratio-test matches of the pairs (pi, pj): per pair the image-1 keypoint of each match and its
     nearest image-2 keypoint, packed at the front in image-1 order, and the match count (torch tensors).
 
-    Squared descriptor distances ‖a‖² + ‖b‖² − 2a·b in one batched GEMM, the invalid image-2 keypoints made
-    +inf through ‖b‖²; only each row's two smallest are square-rooted. For integer (uint8) descriptors every
-    term and partial sum is an integer below 2²⁴, so float32 gives the squared distances exactly, their square
-    roots equal ``torch.cdist``'s, and the matches are those of ``cdist`` + ratio test on the roots (the square
-    root is strictly increasing on these integers, so the two nearest are the same)."""
+    Squared descriptor distances ‖a‖² + ‖b‖² − 2a·b (``sq``: every descriptor's ‖·‖², computed once): the
+    row-wise part ‖b‖² − 2a·b in one batched GEMM, invalid image-2 keypoints made +inf through ‖b‖², the two
+    smallest per row found there, ‖a‖² added to those two only, and only those square-rooted. For integer (uint8)
+    descriptors every term and partial sum is an integer below 2²⁴, so float32 gives the squared distances
+    exactly, their square roots equal ``torch.cdist``'s, and the matches are those of ``cdist`` + the ratio test
+    on the roots (the square root is strictly increasing on these integers, so the two nearest are the same)."""
     import torch
 
     v1, v2 = valid[pi], valid[pj]
     a, b = desc[pi].float(), desc[pj].float()
-    a2 = (a * a).sum(-1)
-    b2 = (b * b).sum(-1).masked_fill_(~v2, float("inf"))
-    d2 = torch.baddbmm(a2[:, :, None] + b2[:, None, :], a, b.transpose(1, 2), alpha=-2.0).clamp_(min=0.0)
-    if d2.shape[-1] >= 2:
-        two = d2.topk(2, dim=-1, largest=False)
-        best, second, nn = two.values[..., 0].sqrt(), two.values[..., 1].sqrt(), two.indices[..., 0]
+    b2 = sq[pj].masked_fill(~v2, float("inf"))
+    e = torch.baddbmm(b2[:, None, :], a, b.transpose(1, 2), alpha=-2.0)  # B×F×F: ‖b‖² − 2a·b
+    a2 = sq[pi]
+    if e.shape[-1] >= 2:
+        two = e.topk(2, dim=-1, largest=False)
+        d2 = (two.values + a2[..., None]).clamp_(min=0.0).sqrt_()
+        best, second, nn = d2[..., 0], d2[..., 1], two.indices[..., 0]
         ok = v1 & torch.isfinite(best) & (best < ratio * second)
     else:
-        best, nn = d2[..., 0].sqrt(), torch.zeros_like(v1, dtype=torch.long)
+        best, nn = (e[..., 0] + a2).clamp_(min=0.0).sqrt_(), torch.zeros_like(v1, dtype=torch.long)
         ok = v1 & torch.isfinite(best)
     front = torch.argsort((~ok).to(torch.int8), dim=1, stable=True)
     return front, torch.gather(nn, 1, front), ok.sum(1)
 
 
 def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0.8, inlier_tol: float = 0.03,
-                 max_scale: float = 4.0, batch_size: int = 64) -> np.ndarray:
+                 max_scale: float = 4.0, batch_size: int = 256) -> np.ndarray:
     """Inlier count of the best single-correspondence similarity hypothesis for each pair (int64 P).
 
     Two passes in torch. (1) Ratio-test matches, ``batch_size`` pairs at a time (memory ``batch_size``×F×F).
@@ -349,10 +351,14 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     m2 = torch.zeros((n_pairs, f), dtype=idx_t)  # its nearest image-2 keypoint
     count = torch.zeros(n_pairs, dtype=torch.int64)
     with torch.no_grad():
+        sq = torch.zeros(valid.shape, dtype=torch.float32)  # ‖d‖² of every descriptor (N×F), in blocks of images
+        for r in range(0, sq.shape[0], 1024):
+            d = desc[r:r + 1024].float()
+            sq[r:r + 1024] = (d * d).sum(-1)
         for a in range(0, n_pairs, batch_size):
             pi = torch.from_numpy(pairs[a:a + batch_size, 0])
             pj = torch.from_numpy(pairs[a:a + batch_size, 1])
-            front, nn, c = _ratio_matches(frames, desc, valid, pi, pj, ratio)
+            front, nn, c = _ratio_matches(desc, sq, valid, pi, pj, ratio)
             m1[a:a + len(pi)], m2[a:a + len(pi)], count[a:a + len(pi)] = front.to(idx_t), nn.to(idx_t), c
         cnt = count.numpy()
         order = np.argsort(cnt, kind="stable")
@@ -443,7 +449,7 @@ def rank_verified(pairs: np.ndarray, dist: np.ndarray, inliers: np.ndarray, *, m
 
 def verified_near_duplicates(emb: np.ndarray, features: LocalFeatures, *, k: int = 10, min_inliers: int = 8,
                              ratio: float = 0.8, inlier_tol: float = 0.03, max_scale: float = 4.0,
-                             batch_size: int = 64, combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
+                             batch_size: int = 256, combine: str = "rank_sum", cap: int = 32) -> VerifiedPairs:
     """Exact k-NN candidates from ``emb`` (row i = image i of ``features``), verified and re-ranked."""
     x = as_unit_embeddings(emb)
     if x.shape[0] != len(features):
