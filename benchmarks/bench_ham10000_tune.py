@@ -9,6 +9,37 @@ depend only on the pair and F, so every pair is verified once per F and smaller 
 k' < k are prefixes).
 
     nice -n 10 .venv/bin/python benchmarks/bench_ham10000_tune.py --half tuning --out /tmp/ham_tune
+
+Measured 2026-12-06 on the tuning half (5,007 images, 1,607 same-lesion pairs, 12 audited; K = 501), with
+``--sizes 160,128 --features 256,128,96 --ks 10,7,5`` on the shared 2-core AMD box (load 9–16):
+
+| input px | F | k | candidates | candidate recall | recall@501 | audited in top 501 |
+|---|---|---|---|---|---|---|
+| 160 | 256 | 10 | 40255 | 0.431 | 0.298 | 10 of 12 |
+| 160 | 256 | 7 | 28390 | 0.397 | 0.298 | 10 of 12 |
+| 160 | 256 | 5 | 20376 | 0.376 | 0.297 | 10 of 12 |
+| 128 | 256 | 10 | 40245 | 0.385 | 0.296 | 10 of 12 |
+| 128 | 256 | 7 | 28271 | 0.366 | 0.296 | 10 of 12 |
+| 128 | 256 | 5 | 20303 | 0.349 | 0.297 | 10 of 12 |
+| 160 | 128 | 10 | 40255 | 0.431 | 0.300 | 10 of 12 |
+| 160 | 128 | 7 | 28390 | 0.397 | 0.300 | 10 of 12 |
+| 160 | 128 | 5 | 20376 | 0.376 | 0.299 | 10 of 12 |
+| 128 | 128 | 10 | 40245 | 0.385 | 0.297 | 10 of 12 |
+| 128 | 128 | 7 | 28271 | 0.366 | 0.297 | 11 of 12 |
+| 128 | 128 | 5 | 20303 | 0.349 | 0.298 | 11 of 12 |
+| 160 | 96 | 10 | 40255 | 0.431 | 0.301 | 10 of 12 |
+| 160 | 96 | 7 | 28390 | 0.397 | 0.301 | 10 of 12 |
+| 160 | 96 | 5 | 20376 | 0.376 | 0.300 | 10 of 12 |
+| 128 | 96 | 10 | 40245 | 0.385 | 0.296 | 10 of 12 |
+| 128 | 96 | 7 | 28271 | 0.366 | 0.297 | 10 of 12 |
+| 128 | 96 | 5 | 20303 | 0.349 | 0.297 | 11 of 12 |
+
+CPU seconds per 5,007 images: embedding (ONNX Runtime, batch 64) 34.2 at 160 px, 21.9 at 128 px; SIFT 46.7 (F 256),
+34.0 (128), 28.0 (96). Rule: the cheapest setting whose recall@501 is not below the earlier default's (160 px,
+F 256, k 10: 0.2981) and whose audited count is not lower (10): 160 px, F 96, k 5 (0.2999, 10 of 12). At 128 px
+only F 128 with k 5 ties the earlier default (0.2981); every other 128 px setting is below it, so the input size
+stays 160 px. Caveat: k 5 lowers the candidate recall (0.431 → 0.376), so recall deeper than K falls (whole set,
+recall@3207: 0.362 at k 10 → 0.323 at k 5); recall@1000 holds.
 """
 
 from __future__ import annotations
