@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-#: images decoded and embedded at once by the cleaning stage's frozen encoders (memory O(batch)); 64 through
-#: ONNX Runtime (tuned on HAM10000's tuning half: benchmarks/bench_ham10000_platform.py)
+#: images decoded and embedded at once by the cleaning stage's frozen encoders (memory O(batch)): 64, where ONNX
+#: Runtime gave 67 images/s against 58 at 32 (Lite0 160 px, 2 threads, one probe on the shared 2-core box under
+#: load; not tuned further)
 BATCH_SIZE = 64
 
 
