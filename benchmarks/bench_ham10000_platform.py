@@ -39,7 +39,10 @@ the default settings of this commit (Lite0 160 px through ONNX Runtime, k = 5, 1
 | tick start-up and Dagster between steps | 44.3 | |
 | **total, datasets add → last cleaning asset** (load 5.8 before, 5.5 after) | **487.1** | **211.4** |
 
-Recall@1000 0.296, recall@3207 0.323, audited pairs in the top 1,000: 15 of 20. fastdup 2.54 on the same
+Recall@1000 0.296, recall@3207 0.323, audited pairs in the top 1,000: 15 of 20. The commit before (9264715:
+eager PyTorch Lite0, k = 10, 256 keypoints), the same path on the same box an hour later (``--noisycal`` of its
+checkout; load 8.7 before, 3.3 after): 1,293 s wall, 614 CPU s (the embedding step alone 957 s wall); recall@1000
+0.295, recall@3207 0.362, 14 of 20 audited. fastdup 2.54 on the same
 images in an earlier run of the same day (load about 12): ``fd.run()`` 261 s wall, its process 297 s wall and
 94 CPU s; recall@1000 0.115, 10 of 20 audited. The box was loaded throughout, so the wall times are not the
 issue's figure; the CPU seconds say the platform path needs about 2.2× fastdup's CPU time (211 against 94), so

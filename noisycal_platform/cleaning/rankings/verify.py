@@ -188,8 +188,9 @@ def _opencv_features(imgs: Sequence[np.ndarray] | Sequence[str], num_features: i
 #: (benchmarks/bench_ham10000_tune.py, Lite0 160 px, k = 5) recall@501 of the half's same-lesion pairs was 0.2974
 #: with 256, 0.2993 with 128, 0.2999 with 96 (k = 10 with 256, the earlier default: 0.2981), 10 of 12 audited pairs
 #: in every case. 96 was the tuning rule's pick, but on the whole set it put 14 of the 20 audited pairs in the top
-#: 1,000 against 15 before (recall@1000 0.297), and the issue keeps that count unchanged; 128 keeps it (15 of 20,
-#: recall@1000 0.296; benchmarks/bench_ham10000_platform.py). SIFT CPU seconds per 5,007 images: 47 / 34 / 28.
+#: 1,000 against the README's 15 (the issue keeps that count unchanged); 128 gives 15 of 20, recall@1000 0.296
+#: (benchmarks/bench_ham10000_platform.py; the commit before, through the same path: 14 of 20, 0.295). SIFT CPU
+#: seconds per 5,007 images: 47 / 34 / 28.
 SIFT_FEATURES = 128
 
 
