@@ -40,8 +40,8 @@ F 256, k 10: 0.2981) and whose audited count is not lower (10): 160 px, F 96, k 
 only F 128 with k 5 ties the earlier default (0.2981); every other 128 px setting is below it, so the input size
 stays 160 px. Through the platform on all 10,015 images F 96 then put 14 of the 20 audited pairs in the top 1,000
 (the README's figure for the earlier default is 15; the earlier commit through the same platform path gave 14), so
-the default is the next setting the rule accepts, F 128 with k 5 (whole set: recall@1000 0.296, 15 of 20). Caveat: k 5 lowers the candidate recall (0.431 → 0.376), so recall
-deeper than K falls (whole set, recall@3207: 0.362 at k 10 → 0.323 at k 5); recall@1000 holds.
+the default is the next setting the rule accepts, F 128 with k 5 (whole set: recall@1000 0.296, 15 of 20).
+Caveat: k 5 lowers the candidate recall (0.431 → 0.376), so recall deeper than K falls (whole set, recall@3207: 0.362 at k 10 → 0.323 at k 5); recall@1000 holds.
 """
 
 from __future__ import annotations
