@@ -55,6 +55,8 @@ TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && \
 TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 # The default suite, the guarantee tier (tests/guarantees, marker `guarantee`) included: everything not `slow`.
+# Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
+#   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
 test: $(STAMP) browser-deps
 	@start=$$(date +%s); $(TEST_ENV) $(BIN)/python -m pytest -q; rc=$$?; \
 	echo "make test: pytest took $$(( $$(date +%s) - start )) s (rc $$rc)"; exit $$rc
