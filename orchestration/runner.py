@@ -198,12 +198,14 @@ def _run_sensors(defs, instance, state, report: TickReport) -> int:
     for sensor in defs.sensors or []:
         if isinstance(sensor, (dg.AutomationConditionSensorDefinition, dg.RunStatusSensorDefinition)):
             continue  # the automation conditions are evaluated below; run-status sensors are the daemon's
+        # only the resources the sensor declares: building all seven for each evaluation cost about 27 ms of CPU
+        # per sensor against 4 ms (nine sensors per round, one or more rounds per tick)
         ctx = dg.build_sensor_context(
             instance=instance,
             cursor=state["sensor_cursors"].get(sensor.name),
             definitions=defs,
             sensor_name=sensor.name,
-            resources=defs.resources,
+            resources={k: v for k, v in defs.resources.items() if k in sensor.required_resource_keys},
         )
         result = sensor(ctx)
         if not isinstance(result, dg.SensorResult):

@@ -57,14 +57,27 @@ def _single_threaded_blas() -> None:
     threadpool_limits(1, user_api="blas")
 
 
+def _pool_context() -> multiprocessing.context.BaseContext:
+    """Workers forked from a fork server that has imported this module and nothing else ran in.
+
+    Not a plain fork of the caller: inside ``make test`` the tier runs after tests that used Polars, whose
+    thread pool does not survive a fork (a forked worker's first parallel ``collect`` waits forever for pool
+    threads that exist only in the parent; Polars documents that it is not fork-safe). The server starts once
+    per process (a few seconds of imports) and forks each pool's workers from its clean state."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
 def run_many(fn: Callable[[int], tuple[float, ...]], seeds: Sequence[int]) -> np.ndarray:
-    """``np.array([fn(s) for s in seeds])`` (rows in seed order), over a fork pool of `workers` processes
-    (single-threaded BLAS in each; chunks of ~1/32 of a worker's share, so that the last ones end together)."""
+    """``np.array([fn(s) for s in seeds])`` (rows in seed order), over a pool of `workers` processes forked from a
+    clean fork server (`_pool_context`; single-threaded BLAS in each; chunks of ~1/32 of a worker's share, so that
+    the last ones end together)."""
     seeds = list(seeds)
     n_proc = workers()
     if n_proc == 1:
         return np.array([fn(s) for s in seeds], dtype=float)
-    ctx = multiprocessing.get_context("fork")
+    ctx = _pool_context()
     with ProcessPoolExecutor(n_proc, mp_context=ctx, initializer=_single_threaded_blas) as pool:
         return np.array(list(pool.map(fn, seeds, chunksize=max(1, len(seeds) // (32 * n_proc)))), dtype=float)
 

@@ -63,6 +63,10 @@ def main(home: str) -> int:
                 "near_duplicate_top_k": 100,
                 "queue_max_per_type": 40,
                 "n_bootstrap_cleaning": 20,
+                # replicate counts change no code path (no network either way): kept small, as the cleaning one
+                "n_bootstrap": 50,
+                "n_bootstrap_subgroups": 20,
+                "n_bootstrap_correctness": 200,
             }
         )
     )

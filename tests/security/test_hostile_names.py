@@ -38,7 +38,10 @@ def _counts(con) -> dict[str, int]:
 def test_hostile_partition_names_materialise_and_leave_every_table_intact(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    (home / "settings.json").write_text('{"encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64}}')
+    # the interval's replicate count is not under test here (50 instead of 500 bootstrap replicates per version)
+    (home / "settings.json").write_text(
+        '{"encoder_overrides": {"epochs": 1, "depth": 1, "batch_size": 64}, "n_bootstrap": 50}'
+    )
     write_demo_calibration_inputs(home, seed=0)
     (home / "models" / HOSTILE).mkdir(parents=True)
     v1 = (home / "models" / "v1" / "predictions.csv").read_bytes()
