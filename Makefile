@@ -50,6 +50,8 @@ browser-deps:
 #   tmpfs when /dev/shm has at least 4 GiB free: Dagster's SQLite storage commits (fdatasync) several times per
 #   event, 3,440 syncs for the 7 tests of tests/assets/test_calibration.py alone. The tests kill processes, never
 #   the machine, so what they prove does not depend on the syncs reaching a disk. TEST_TMPDIR= (empty) keeps $TMPDIR.
+# Both together, same code, nearly idle box (load 0.1-2.7, 2026-12-06): test_no_egress, test_confirm_browser,
+# test_dask_executor, test_hardening and tests/faults took 153 s wall, 162 s CPU before, 94 s wall, 90 s CPU after.
 TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && \
 	[ "$$(df -Pk $$d 2>/dev/null | awk 'NR==2 {print $$4}')" -ge 4194304 ] 2>/dev/null && echo $$d)
 TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
