@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 import numpy as np
 import polars as pl
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 IMAGE_EXTENSIONS = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"})
 LABELS_CSV = "labels.csv"
+T = TypeVar("T")
 
 FRAME_SCHEMA = {
     "file_name": pl.String,
@@ -361,12 +362,18 @@ def iter_image_batches(
         for chunk in chunks:
             yield _decode_batch(chunk, size)
         return
+    yield from _prefetched(chunks, lambda chunk: _decode_batch(chunk, size))
+
+
+def _prefetched(chunks: Sequence[Sequence[str]], decode: Callable[[Sequence[str]], T]) -> Iterator[T]:
+    """``decode(chunk)`` for each chunk in order, the next chunk decoded in a background thread while the caller
+    works on this one (Pillow releases the GIL while it decodes)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(_decode_batch, chunks[0], size) if chunks else None
+        ahead = pool.submit(decode, chunks[0]) if chunks else None
         for c in range(len(chunks)):
             assert ahead is not None
             batch = ahead.result()
-            ahead = pool.submit(_decode_batch, chunks[c + 1], size) if c + 1 < len(chunks) else None
+            ahead = pool.submit(decode, chunks[c + 1]) if c + 1 < len(chunks) else None
             yield batch
 
 
@@ -402,13 +409,7 @@ def iter_image_batches_sizes(
         _check_size(s, batch_size)
     names = [str(p) for p in paths]
     chunks = [names[s:s + batch_size] for s in range(0, len(names), batch_size)]
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        ahead = pool.submit(_decode_batch_sizes, chunks[0], sizes) if chunks else None
-        for c in range(len(chunks)):
-            assert ahead is not None
-            batch = ahead.result()
-            ahead = pool.submit(_decode_batch_sizes, chunks[c + 1], sizes) if c + 1 < len(chunks) else None
-            yield batch
+    yield from _prefetched(chunks, lambda chunk: _decode_batch_sizes(chunk, sizes))
 
 
 def load_images(paths: Sequence[str | os.PathLike[str]], size: int, *, batch_size: int = 512) -> torch.Tensor:

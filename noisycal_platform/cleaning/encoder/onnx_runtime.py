@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from .config import VIEWS
-
 __all__ = ["INFERENCE_BACKENDS", "embed_onnx", "embed_onnx_batches", "onnx_model_path", "onnx_session"]
 
 #: how a frozen EfficientNet-Lite runs on the CPU: ONNX Runtime (default) or eager PyTorch
@@ -146,14 +144,9 @@ def embed_onnx(encoder: Any, images: object, artifacts: str | os.PathLike[str], 
     ``images``: uint8 N×3×H×W or a list of image files (streamed ``batch_size`` at a time, decoding overlapped
     with inference). ``artifacts``: the folder the exported model is cached in (``<artifacts>/onnx/``).
     """
-    from .pretrained import FEATURE_DIM, FrozenEncoder, _is_paths
+    from .pretrained import FEATURE_DIM, _is_paths, check_embed_arguments
 
-    if not isinstance(encoder, FrozenEncoder):
-        raise ValueError(f"encoder: expected FrozenEncoder, got {type(encoder).__name__}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    if encoder.views not in VIEWS:
-        raise ValueError(f"views: expected one of {VIEWS}, got {encoder.views!r}")
+    check_embed_arguments(encoder, batch_size)
     if _is_paths(images):
         n = len(images)  # type: ignore[arg-type]
     else:

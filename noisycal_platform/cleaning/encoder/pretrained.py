@@ -151,6 +151,17 @@ def _pooled(net: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return net.extract_features(x).float().mean(dim=(-2, -1))
 
 
+def check_embed_arguments(encoder: object, batch_size: int) -> None:
+    """The arguments every frozen-encoder embedding path takes (PyTorch here, ONNX Runtime in ``onnx_runtime``):
+    a :class:`FrozenEncoder`, a positive batch size and known views; a ValueError naming the argument otherwise."""
+    if not isinstance(encoder, FrozenEncoder):
+        raise ValueError(f"encoder: expected FrozenEncoder, got {type(encoder).__name__}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
+    if encoder.views not in VIEWS:
+        raise ValueError(f"views: expected one of {VIEWS}, got {encoder.views!r}")
+
+
 def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32,
                  num_threads: int | None = None, channels_last: bool = True,
                  out: np.ndarray | None = None) -> np.ndarray:
@@ -162,12 +173,7 @@ def embed_frozen(encoder: FrozenEncoder, images: object, *, batch_size: int = 32
     network runs under float16 autocast (pooled features accumulate in float32). ``out``: a float32 N×1280 array
     (e.g. a memory-mapped file) to write the rows into instead of a new one; it is returned.
     """
-    if not isinstance(encoder, FrozenEncoder):
-        raise ValueError(f"encoder: expected FrozenEncoder, got {type(encoder).__name__}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size: must be >= 1, got {batch_size!r}")
-    if encoder.views not in VIEWS:
-        raise ValueError(f"views: expected one of {VIEWS}, got {encoder.views!r}")
+    check_embed_arguments(encoder, batch_size)
     n = len(images) if _is_paths(images) else as_uint8_images(images).shape[0]  # type: ignore[arg-type]
     device = resolve_device(encoder.device)
     memory = torch.channels_last if channels_last else torch.contiguous_format
