@@ -41,7 +41,12 @@ asset subset) for the run's tasks, and never re-imports the code location (the w
 ``tests/scale/test_dask_executor.py`` checks. Dagster's plan API (``create_execution_plan``, ``execute_plan``)
 is imported from ``dagster_dask.executor``, where dagster-dask's own task imports it, so this shell names no
 private Dagster module (``tests/test_definitions.py``).
-(5) With the DuckDB warehouse, a step's pool (``duckdb``, ``compute``: one slot each in ``dagster.yaml``) is held
+(5) A step whose upstream step failed, or was itself not executed, is not executed: its task finds that in its
+upstream tasks' events and returns :class:`NotExecuted`, and the run logs Dagster's own "Dependencies for step
+... Not executing." line. dagster-dask ran it anyway: its task only waited for the upstream tasks, and the step
+then read the upstream asset's *previous* table through the IO manager and materialised a new version of
+itself from stale data in a failed run (``tests/scale/test_dask_executor.py``).
+(6) With the DuckDB warehouse, a step's pool (``duckdb``, ``compute``: one slot each in ``dagster.yaml``) is held
 across the cluster (:func:`_pool_slot`), as Dagster's own executors hold it; dagster-dask ignores pools, and two
 warehouse steps on two workers met on DuckDB's file lock and its exponential back-off. With the Parquet
 warehouse the pools are not held: its writers never wait on each other.
@@ -71,6 +76,7 @@ __all__ = [
     "EXECUTORS",
     "SERVICE_CLUSTER_FILE",
     "NoisycalDaskExecutor",
+    "NotExecuted",
     "dask_cluster_config",
     "executor_for",
     "forget_service_cluster",
@@ -240,13 +246,34 @@ def _pool_slot(pool: str | None, limit: int | None) -> Iterator[None]:
             semaphore.release()
 
 
-def run_steps_on_worker(
-    dependencies: list, recon_job, dagster_run, run_config, step_keys: list[str], instance_ref, known_state,
-    pool: str | None = None, pool_limit: int | None = None,
-) -> list:
-    """One Dask task: execute ``step_keys`` of the run on this worker; the step's events.
+class NotExecuted:
+    """What a task returns instead of events when an upstream step did not succeed: ``blocked`` names those steps."""
 
-    ``dependencies`` (the upstream steps' futures) only order the tasks. Differences from dagster-dask's
+    def __init__(self, step_keys: list[str], blocked: list[str]) -> None:
+        self.step_keys, self.blocked = list(step_keys), list(blocked)
+
+    def message(self) -> str:
+        return f"Dependencies for step {', '.join(self.step_keys)} did not succeed: {self.blocked}. Not executing."
+
+
+def _blocked_dependencies(dependencies: list[tuple[str, object]]) -> list[str]:
+    """The upstream step keys whose task result holds no ``STEP_SUCCESS`` of that step (failed, skipped, or
+    :class:`NotExecuted` itself)."""
+    return [
+        key for key, result in dependencies
+        if isinstance(result, NotExecuted) or not any(e.is_step_success and e.step_key == key for e in result)
+    ]
+
+
+def run_steps_on_worker(
+    dependencies: list[tuple[str, object]], recon_job, dagster_run, run_config, step_keys: list[str], instance_ref,
+    known_state, pool: str | None = None, pool_limit: int | None = None,
+) -> list | NotExecuted:
+    """One Dask task: execute ``step_keys`` of the run on this worker; the step's events, or :class:`NotExecuted`
+    when an upstream step did not succeed.
+
+    ``dependencies``: (upstream step key, that step's task result) pairs; Dask passes the results once the
+    upstream tasks finish. Differences from dagster-dask's
     ``query_on_dask_worker``, each measured on the demo home (``benchmarks/bench_executor.py``): the job is the
     run's own asset subset as the run process built it (dagster-dask re-subsets it by op selection only, which
     drops the asset selection: a multi-check step such as ``latest_run_succeeded`` then evaluated the checks
@@ -257,6 +284,9 @@ def run_steps_on_worker(
     from dagster_dask.executor import create_execution_plan, execute_plan
 
     WORKER_STATS["tasks"] += 1
+    blocked = _blocked_dependencies(dependencies)
+    if blocked:
+        return NotExecuted(step_keys, blocked)
     module = _code_module(recon_job)
     loaded = sys.modules.get(module) if module else None
     job = _worker_job(recon_job)
@@ -329,7 +359,8 @@ class NoisycalDaskExecutor(dg.Executor):
             futures: dict[str, object] = {}
             for level in execution_plan.get_steps_to_execute_by_level():
                 for step in level:
-                    upstream = [futures[k] for inp in step.step_inputs for k in inp.dependency_keys]
+                    keys = sorted({k for inp in step.step_inputs for k in inp.dependency_keys})
+                    upstream = [(k, futures[k]) for k in keys]
                     futures[step.key] = client.submit(
                         run_steps_on_worker, upstream, plan_context.reconstructable_job, run,
                         plan_context.run_config, [step.key], plan_context.instance.get_ref(),
@@ -339,6 +370,9 @@ class NoisycalDaskExecutor(dg.Executor):
                     )
             done = distributed.as_completed(list(futures.values()), with_results=True)
             for _future, events in iterate_with_context(raise_execution_interrupts, done):
+                if isinstance(events, NotExecuted):
+                    plan_context.log.error(events.message())
+                    continue
                 yield from events
 
 

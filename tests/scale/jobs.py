@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+from pathlib import Path
 
 import dagster as dg
 
@@ -74,3 +75,44 @@ def execute_selected(job_name: str, names: list[str], partition_key: str) -> tup
     ) as res:
         pids = [e.pid for e in res.all_events if e.is_step_success]
         return res.success, pids, [str(e.message) for e in res.all_events if e.is_step_failure], res.run_id
+
+
+#: For the upstream-failure test: ``upstream`` raises while this file exists in ``$NOISYCAL_HOME``.
+BREAK_UPSTREAM = "break_upstream"
+
+
+@dg.asset
+def upstream() -> int:
+    if (Path(os.environ["NOISYCAL_HOME"]) / BREAK_UPSTREAM).exists():
+        raise RuntimeError("upstream input is broken")
+    return 1
+
+
+@dg.asset
+def downstream(upstream: int) -> int:
+    with (Path(os.environ["NOISYCAL_HOME"]) / "downstream_inputs.txt").open("a") as f:
+        f.write(f"{upstream}\n")
+    return upstream + 1
+
+
+@dg.asset
+def second_downstream(downstream: int) -> int:
+    return downstream + 1
+
+
+def chain_job() -> dg.JobDefinition:
+    """upstream → downstream → second_downstream on the dask executor of ``$NOISYCAL_DASK_SCHEDULER``, results
+    kept by Dagster's filesystem IO manager in the home (the previous run's value stays readable)."""
+    from resources.executor import executor_for
+    from resources.settings import SettingsResource
+
+    home = Path(os.environ["NOISYCAL_HOME"])
+    (home / "io").mkdir(parents=True, exist_ok=True)
+    # the run process reads the scheduler; a worker (started before the variable was set) only runs steps
+    settings = SettingsResource(executor="dask", dask_scheduler=os.environ.get("NOISYCAL_DASK_SCHEDULER", ""))
+    return dg.Definitions(
+        assets=[upstream, downstream, second_downstream],
+        resources={"io_manager": dg.FilesystemIOManager(base_dir=str(home / "io"))},
+        executor=executor_for(settings),
+        jobs=[dg.define_asset_job("chain", selection=[upstream, downstream, second_downstream])],
+    ).resolve_job_def("chain")

@@ -280,3 +280,35 @@ def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(tmp
     }
     assert checked and checked <= set(jobs.keys(selected))
     assert stats["jobs_built"] == len(runs)  # the run's job subset: once per run on this worker
+
+
+@pytest.mark.timeout(300)
+def test_a_step_whose_upstream_failed_is_not_executed(tmp_path, monkeypatch):
+    """A chain of three assets on a one-worker cluster, run twice: the first run succeeds; in the second the first
+    asset fails. Its two downstream steps must not run: the second would otherwise read the first run's value of
+    the failed asset (still in the IO manager's storage) and materialise a new version from stale data, as
+    dagster-dask's executor did."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("NOISYCAL_HOME", str(home))
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        monkeypatch.setenv("NOISYCAL_DASK_SCHEDULER", cluster.scheduler_address)
+        (home / "dagster").mkdir()
+        instance = dg.DagsterInstance.local_temp(str(home / "dagster"))
+        recon = dg.reconstructable(jobs.chain_job)
+        with dg.execute_job(recon, instance, raise_on_error=False) as first:
+            assert first.success
+        (home / jobs.BREAK_UPSTREAM).touch()
+        with dg.execute_job(recon, instance, raise_on_error=False) as second:
+            assert not second.success
+            started = {e.step_key for e in second.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+            failed = {e.step_key for e in second.all_events if e.is_step_failure}
+            logs = [e.user_message for e in instance.all_logs(second.run_id)]
+    assert started == failed == {"upstream"}
+    assert (home / "downstream_inputs.txt").read_text() == "1\n"  # downstream ran in the first run only
+    assert any("Not executing" in m and "'upstream'" in m for m in logs)
+    assert any("Not executing" in m and "'downstream'" in m for m in logs)
+    materialized = instance.get_latest_materialization_event(dg.AssetKey("downstream"))
+    assert materialized.run_id == first.run_id
