@@ -13,8 +13,9 @@ items and bins k:
 Identity channels (a = b = 0) give the ordinary binned ECE.
 
 Implementation: Ỹ_i depends only on the item's answer pattern, so the kernel counts items and sums scores
-per (bin, pattern) cell with ``bincount`` over cache-sized chunks (no (n, K) float64 temporaries), then
-combines the ≤ B·3^K cells with the per-pattern corrected labels (Hanada and Futami 2026 §F.3: O(nK + M)).
+per (bin, pattern) cell with one complex ``np.add.at`` (real Σ s·B, imaginary the count) over cache-sized
+chunks (no (n, K) float64 temporaries), then combines the ≤ B·3^K cells with the per-pattern corrected labels
+(Hanada and Futami 2026 §F.3: O(nK + M)).
 """
 
 from __future__ import annotations
@@ -135,67 +136,94 @@ def plugin_prevalence(annotations: Any, channels: Any) -> float:
     return float(np.clip(y.mean(), PREVALENCE_CLIP, 1 - PREVALENCE_CLIP))
 
 
-def _chunk_cells(
-    s: np.ndarray, a: np.ndarray, n_bins: int, lo: int, hi: int, counts: np.ndarray, ssum: np.ndarray
-) -> None:
-    """Fold items lo..hi into ``counts``/``ssum`` (flat (B + 1)·3^K cells), ``_CHUNK`` items at a time.
+def _digits(x: np.ndarray, out: np.ndarray) -> None:
+    """Write the digit A + 1 of every annotation of the (m, K) block ``x`` into the uint8 ``out`` (row-major:
+    0 = missing, 1 = label 0, 2 = label 1), raising on any other annotation value."""
+    if np.issubdtype(x.dtype, np.floating):
+        cf = np.nan_to_num(x.reshape(-1), nan=-1.0)
+        if np.count_nonzero(cf * (cf - 1.0) * (cf + 1.0)):  # 0 only for -1 (missing), 0 and 1
+            bad = x[~(np.isnan(x) | (x == 0) | (x == 1))].ravel()[0]
+            raise ValueError(f"annotations must contain only 0, 1 or NaN (missing), got {bad!r}")
+        cf += 1.0
+        np.copyto(out, cf, casting="unsafe")
+        return
+    if x.dtype != np.int8 and x.size and (x.min() < -1 or x.max() > 1):
+        bad = x[(x < -1) | (x > 1)].ravel()[0]
+        raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
+    # int8: A + 1 wraps modulo 256, so it lies in {0, 1, 2} exactly when A is -1, 0 or 1
+    np.add(x.reshape(-1), 1, out=out.view(np.int8), casting="unsafe")
+    if x.dtype == np.int8 and out.max() > 2:
+        bad = x[(x < -1) | (x > 1)].ravel()[0]
+        raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
 
-    Per chunk: x = s·B in float64 (x >= 0 checked: NaN and negative scores raise), the bin trunc(x) cast to
-    int32 (checked <= B; 1 < s < 1 + 1/B is caught after the loop) and scaled by 3^K, the pattern from
-    contiguous shifted int8 adds over the flat (chunk·K) block added with one strided pick, the code widened
-    to intp, then two unbuffered ``np.add.at`` (item counts, score sums; faster than ``bincount``, which
-    also scans its input for the maximum first).
+
+_WORD_SHIFT = 24  # K <= 4: the pattern lands in the top byte of a 32-bit product (see `_patterns`)
+
+
+def _patterns(digits: np.ndarray, k: int, m: int, out: np.ndarray) -> None:
+    """Pattern Σ_j d_j·3^j of each of the m rows of K digits (row-major uint8 ``digits`` with at least 4 bytes
+    of slack after the m·K used) into the uint32 ``out``.
+
+    K <= 4: each row is read as one little-endian 32-bit word w = Σ_j d_j·2^(8j) (+ the next bytes, at 2^(8K)
+    and above) and multiplied by M = Σ_j 3^j·2^(24 − 8j) modulo 2^32. The term d_j·3^l lands at bit
+    24 + 8(j − l): for j = l it is the wanted Σ_j d_j·3^j at bit 24 (at most 80 < 2^8); for j > l (and every
+    byte beyond the row) at bit 32 or above, dropped by the modulus; for j < l below bit 24, adding up to at
+    most 2·(3 + 9 + 27)·2^16 + ... < 2^23, so nothing carries into the top byte. One strided multiply and one
+    shift. K > 4: contiguous shifted adds over the flat digits, then one strided pick.
+    """
+    if k <= 4:
+        mult = np.uint32(sum(3**j << (_WORD_SHIFT - 8 * j) for j in range(k)))
+        words = np.ndarray((m,), dtype=np.uint32, buffer=digits, strides=(k,))
+        np.multiply(words, mult, out=out)
+        np.right_shift(out, np.uint32(_WORD_SHIFT), out=out)
+        return
+    mm = m * k - k + 1
+    g = digits[:mm].astype(np.int32)
+    for j in range(1, k):  # loop over annotators
+        g += digits[j : j + mm] * np.int32(3**j)
+    np.copyto(out, g[::k], casting="unsafe")
+
+
+def _chunk_cells(s: np.ndarray, a: np.ndarray, n_bins: int, lo: int, hi: int, cells: np.ndarray) -> None:
+    """Fold items lo..hi into ``cells`` (complex, flat (B + 1)·3^K: real Σ s·B, imaginary the item count),
+    ``_CHUNK`` items at a time.
+
+    Per chunk: the scores checked in [0, 1] (min and max; NaN fails both), x = s·B in float64, the bin
+    trunc(x) cast to int32 and scaled by 3^K (x = B, i.e. s = 1, is row B), the annotation digits A + 1
+    (validated on the way) and their pattern (`_patterns`) added, the code widened to intp, then one
+    unbuffered ``np.add.at`` of x + 1j into the cells: one scatter for both sums (counts stay exact: float64
+    holds integers to 2^53).
     """
     k = a.shape[1]
     n_pat = 3**k
-    is_float = np.issubdtype(a.dtype, np.floating)
-    pdt = np.int8 if k <= 4 else (np.int16 if k <= 9 else np.int32)
     m = min(_CHUNK, hi - lo)
-    bfloat = np.empty(m, np.float64)
+    x = np.empty(m, np.float64)
     code32 = np.empty(m, np.int32)
     code = np.empty(m, np.intp)
-    pbuf = np.empty(m * k, pdt)
-    offset = pdt(sum(3**j for j in range(k)))  # Σ_j 3^j·(x_j + 1) = Σ_j 3^j·x_j + offset
+    pat = np.empty(m, np.uint32)
+    digits = np.zeros(m * k + 4, np.uint8)  # 4 bytes of slack for the last row's 32-bit read
+    vals = np.empty(m, np.complex128)
+    pairs = vals.view(np.float64)
+    pairs[1::2] = 1.0  # imaginary parts: one per item
     for c0 in range(lo, hi, _CHUNK):  # loop over cache-sized chunks, not items
         c1 = min(c0 + _CHUNK, hi)
+        n_c = c1 - c0
         sc = s[c0:c1]
-        bf = bfloat[: c1 - c0]
-        c32 = code32[: c1 - c0]
-        np.multiply(sc, float(n_bins), out=bf)
-        if not bf.min() >= 0.0:  # negative or NaN score
+        if not (sc.min() >= 0.0 and sc.max() <= 1.0):  # NaN fails both
             _raise_bad_score(sc)
-        with np.errstate(invalid="ignore"):  # x beyond int32 (a bad score, raised below) casts with a warning
-            np.copyto(c32, bf, casting="unsafe")  # truncation = floor for x >= 0; x = B (s = 1) is row B
-        if c32.max() > n_bins:  # s > 1 + 1/B (x beyond int32 casts to INT_MIN here: caught in add.at)
-            _raise_bad_score(sc)
+        xc = x[:n_c]
+        np.multiply(sc, float(n_bins), out=xc)
+        c32 = code32[:n_c]
+        np.copyto(c32, xc, casting="unsafe")  # truncation = floor for x >= 0; x = B (s = 1) is row B
         c32 *= np.int32(n_pat)
-        x = a[c0:c1]
-        if is_float:
-            cf = np.nan_to_num(x, nan=2.0)  # 2 = missing sentinel while validating
-            if np.count_nonzero(cf * (cf - 1.0) * (cf - 2.0)):
-                bad = x[~(np.isnan(x) | (x == 0) | (x == 1))].ravel()[0]
-                raise ValueError(f"annotations must contain only 0, 1 or NaN (missing), got {bad!r}")
-            f = cf.astype(pdt).reshape(-1)
-            f[f == 2] = -1
-        else:
-            if x.min() < -1 or x.max() > 1:
-                bad = x[(x < -1) | (x > 1)].ravel()[0]
-                raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
-            f = x.reshape(-1).astype(pdt, copy=False)
-        # pattern of row i = Σ_j (f[iK + j] + 1)·3^j: contiguous shifted adds, then one strided pick
-        mm = f.size - k + 1
-        g = pbuf[:mm]
-        np.add(f[:mm], offset, out=g)
-        for j in range(1, k):  # loop over annotators
-            g += f[j : j + mm] * pdt(3**j)
-        np.add(c32, g[::k], out=c32, casting="unsafe")
-        cc = code[: c1 - c0]
+        _digits(a[c0:c1], digits[: n_c * k])
+        p = pat[:n_c]
+        _patterns(digits, k, n_c, p)
+        np.add(c32, p.view(np.int32), out=c32)
+        cc = code[:n_c]
         np.copyto(cc, c32)
-        try:
-            np.add.at(counts, cc, 1)
-        except IndexError:  # a cell beyond the tables: a score above 1
-            _raise_bad_score(sc)
-        np.add.at(ssum, cc, sc)
+        np.copyto(pairs[0 : 2 * n_c : 2], xc)
+        np.add.at(cells, cc, vals[:n_c])
 
 
 def _run_parts(s: np.ndarray, a: np.ndarray, n_bins: int, jobs: list, workers: int) -> None:
@@ -215,28 +243,26 @@ def _cell_sums(s: np.ndarray, a: np.ndarray, n_bins: int) -> tuple[np.ndarray, n
     (0 = missing, 1 = label 0, 2 = label 1). Validates scores and annotation values chunk by chunk.
 
     s = 1 lands in an extra bin row B (trunc(1·B) = B), folded into B − 1 afterwards, which saves the
-    per-item min. Large inputs are cut into ``_PARTS`` fixed item ranges, each summed into its own tables
+    per-item min. Large inputs are cut into ``_PARTS`` fixed item ranges, each summed into its own table
     (on up to ``_PARTS`` threads: numpy releases the GIL in these loops) and added in range order, so the
-    result does not depend on the thread count. Returns two (B, 3^K) arrays.
+    result does not depend on the thread count. Returns two (B, 3^K) arrays: counts (int64) and Σ s
+    (float64, = Σ (s·B) / B).
     """
     n, k = a.shape
     n_pat = 3**k
     n_cells = (n_bins + 1) * n_pat  # one extra bin row for s == 1 (trunc(s·B) = B), folded into B − 1 below
     parts = _PARTS if n >= _PARALLEL_MIN else 1
     cuts = [n * p // parts // _CHUNK * _CHUNK for p in range(parts)] + [n]
-    tables = [(np.zeros(n_cells, np.int64), np.zeros(n_cells, np.float64)) for _ in range(parts)]
-    jobs = [(cuts[p], cuts[p + 1], *tables[p]) for p in range(parts)]
+    tables = [np.zeros(n_cells, np.complex128) for _ in range(parts)]
+    jobs = [(cuts[p], cuts[p + 1], tables[p]) for p in range(parts)]
     workers = min(parts, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
     _run_parts(s, a, n_bins, jobs, workers)
-    counts, ssum = tables[0]
-    for c, t in tables[1:]:
-        counts += c
-        ssum += t
-    counts = counts.reshape(n_bins + 1, n_pat)
-    ssum = ssum.reshape(n_bins + 1, n_pat)
-    # the extra row must hold only s == 1 exactly (sum of exact ones equals the count), else a score is > 1
-    if not np.array_equal(ssum[n_bins], counts[n_bins].astype(np.float64)):
-        _raise_bad_score(s)
+    cells = tables[0]
+    for t in tables[1:]:
+        cells += t
+    cells = cells.reshape(n_bins + 1, n_pat)
+    counts = cells.imag.astype(np.int64)  # exact: integers below 2^53
+    ssum = cells.real / n_bins
     counts[n_bins - 1] += counts[n_bins]
     ssum[n_bins - 1] += ssum[n_bins]
     return counts[:n_bins], ssum[:n_bins]

@@ -31,6 +31,7 @@ The GEMM tiles of steps 1 and 2 run on a few threads, each with a single-threade
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -38,7 +39,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from ._kernels import exact_dists, floor32, ordered_map, screen_margin
-from ._lowp import Int8Rows, single_thread_torch
+from ._lowp import Int8Rows, int8_products_fast, single_thread_torch
 
 _TILE = 4096  # tile side (points) of the k-NN pass; columns per GEMM block in the rescans
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan task): 8 MiB float32
@@ -274,7 +275,7 @@ def _rescan_exact(
         sel = oo[first]
         return r_[rr[sel]], cc[sel], dd[sel]
 
-    with single_thread_torch(), ordered_map(parallel) as pmap:
+    with single_thread_torch() if lp is not None else contextlib.nullcontext(), ordered_map(parallel) as pmap:
         for rb, cb, db in pmap(nearest, range(0, rows.size, h)):
             nbr[rb, 0] = cb
             nd[rb, 0] = db
@@ -368,7 +369,10 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
     lb = np.empty(n, np.float64)
     exact0 = np.zeros(n, bool)  # entry 0 is the exact nearest outside point (near-tie fallback)
     lists = (nbr, nd, lb, exact0)
-    lp = Int8Rows(x)  # int8 screening products for the exact rescans (``_rescan_exact``)
+    # int8 screening products for the exact rescans (``_rescan_exact``) where int8 GEMMs are fast; without
+    # int8 units the float32 products of x are as fast and their margin is tighter (and the outside-maxima
+    # screening would cost a full GEMM of its own)
+    lp = Int8Rows(x) if int8_products_fast() else None
     _first_lists(x, k, eps2, lists, lp)
 
     ei: list[np.ndarray] = []
@@ -401,7 +405,8 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             skip[giant[0]] = True
             need &= comp != giant[0]
         rows = np.flatnonzero(need)
-        if rows.size > _SCREEN_MIN:  # keep only rows that can hold their component's lightest outgoing edge
+        # keep only rows that can hold their component's lightest outgoing edge (int8 products only)
+        if lp is not None and rows.size > _SCREEN_MIN:
             rows = _screen_rows(x, rows, comp, n_comp, lp, lb)
             stats["screened"].append(int(need.sum()))
         stats["rescanned"].append(int(rows.size))

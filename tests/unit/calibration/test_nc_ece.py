@@ -90,6 +90,43 @@ def test_int8_path_and_many_annotator_path_agree_with_float_path():
     assert r11.value == pytest.approx(_nc_ece_reference(s, a11, c11, w11 / w11.sum(), 15), rel=1e-9, abs=1e-12)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6])
+def test_pattern_kernel_every_annotator_count_and_dtype_matches_reference_loop(k):
+    """The cell kernel reads K <= 4 digit rows as 32-bit words (a multiply and a shift) and K > 4 by shifted
+    adds; each K and each annotation dtype must give the seed's per-bin loop and the exact per-bin counts."""
+    s, a, chans = _data(n=300, k=4, seed=k)
+    a = np.concatenate([a, a[:, ::-1]], axis=1)[:, :k]
+    chans = (chans + chans[::-1])[:k]
+    w = np.linspace(1.0, 2.0, k)
+    expect = _nc_ece_reference(s, a, chans, w / w.sum(), 15)
+    a8 = np.where(np.isnan(a), -1, a)
+    annotated = ~np.isnan(a).all(axis=1)
+    n_expect = np.bincount(np.minimum(np.floor(s[annotated] * 15).astype(int), 14), minlength=15)
+    for arr in (a, a8.astype(np.int8), a8.astype(np.int16), a8.astype(np.int64)):
+        res = nc_ece(s, arr, chans, weights=w)
+        assert res.value == pytest.approx(expect, rel=1e-9, abs=1e-12)
+        np.testing.assert_array_equal(res.bins["n"].to_numpy(), n_expect[n_expect > 0])
+
+
+def test_score_just_above_one_among_exact_ones_is_named():
+    """s = 1 is row B (folded into B − 1); a score one ulp above 1 next to many exact ones must still raise."""
+    s, a, chans = _data(n=60)
+    s[:40] = 1.0
+    s[41] = np.nextafter(1.0, 2.0)
+    with pytest.raises(ValueError, match="scores"):  # one cell: 40 + (1 + 2^-52) rounds to 41 in float64
+        nc_ece(s, np.ones_like(a), chans)
+    a8 = np.where(np.isnan(a), -1, a).astype(np.int16)
+    for bad in (255, -2, 2):  # 255 + 1 would wrap to a valid digit in 8 bits
+        wrong = a8.copy()
+        wrong[3, 1] = bad
+        with pytest.raises(ValueError, match=f"got .*{bad}"):
+            nc_ece(np.full(60, 0.5), wrong, chans)
+    wrong8 = a8.astype(np.int8)
+    wrong8[3, 1] = -128
+    with pytest.raises(ValueError, match="-128"):
+        nc_ece(np.full(60, 0.5), wrong8, chans)
+
+
 def test_zero_weight_items_are_excluded_and_counted():
     s, a, chans = _data()
     only_first = np.isnan(a[:, 1]) & np.isnan(a[:, 2]) & ~np.isnan(a[:, 0])
