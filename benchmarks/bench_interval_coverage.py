@@ -253,7 +253,10 @@ def _multiclass_run(seed: int, kind: str, known: bool) -> np.ndarray:
     _RECORD.clear()
     p, a = mc_sim._sim(3000, seed, True)
     channels = mc_sim.T if known else None
-    res = calibration_test_multiclass(p, a, channels, kind=kind, n_boot=_runs.MULTICLASS_N_BOOT, seed=seed)
+    # "iv": the targets shipped before 2026-12-06 evening (classwise now defaults to "mvu", the rows below)
+    res = calibration_test_multiclass(
+        p, a, channels, kind=kind, weights="iv", n_boot=_runs.MULTICLASS_N_BOOT, seed=seed
+    )
     rows = candidates(_RECORD["value"], _RECORD["b_val"], _RECORD["moments"], _RECORD["b_mom"])
     assert np.allclose(rows[SCORE_GROUP], [res.ci_low, res.ci_high], rtol=1e-9, atol=0), "shipped interval differs"
     extra = np.full((len(MVU_NAMES) + 1, 2), np.nan)
