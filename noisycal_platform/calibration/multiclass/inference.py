@@ -40,7 +40,8 @@ refits already assume); with known channels and dependent annotators "iv" stays 
 The debiasing and interval (`debiased_normal_interval`: the debiased value ± z·its bootstrap s.d.) and the p-value
 (`bootstrap_p_value`) are those of the binary `calibration_test`, applied to the G·B moments m_gk / G. Coverage of
 the 95% interval (simulation on tuning seeds, 5 classes, n = 3,000, p ∝ p_true^1.5, 400 runs, n_boot = 100,
-benchmarks/intervals.md): top-label 0.963 with known channels and 0.960 with refits, classwise 0.960 and 0.943.
+benchmarks/intervals.md): top-label 0.963 with known channels and 0.960 with refits, classwise 0.960 and 0.943
+with "iv" targets; classwise with "mvu" (the default since 2026-12-06) 0.948 and 0.943 on other tuning seeds.
 The basic bootstrap interval it replaced covered 0.93 / 0.92 and 0.89 / 0.88: with C·B = 75 moments, many near
 zero, its bootstrap bias correction is not the plug-in's real bias.
 The test's size is 5.0% at α = 0.05 (top-label, calibrated predictor, n = 1,500, refits).
