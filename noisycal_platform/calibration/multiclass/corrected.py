@@ -184,16 +184,17 @@ def mvu_pattern_targets(confusion: np.ndarray, q: np.ndarray, target: np.ndarray
     q = q / q.sum(axis=1, keepdims=True)
     lik = pattern_likelihoods(confusion, labels, present)  # (..., C, P)
     c = lik.shape[-2]
-    d = np.einsum("sy,...yp->...sp", q, lik)  # (..., S, P)
-    with np.errstate(divide="ignore"):
-        inv_d = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)  # d = 0: a pattern impossible under every y
-    outer = (lik[..., :, None, :] * lik[..., None, :, :]).reshape(*lik.shape[:-2], c * c, -1)  # (..., C², P)
+    lead = lik.shape[:-2]
+    # d (..., S, P) = Σ_y q_sy L_p(y): one matrix product over all replicates and patterns
+    d = np.moveaxis((q @ np.moveaxis(lik, -2, 0).reshape(c, -1)).reshape(q.shape[0], *lead, -1), 0, -2)
+    inv_d = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)  # d = 0: a pattern impossible under every y
+    outer = (lik[..., :, None, :] * lik[..., None, :, :]).reshape(*lead, c * c, -1)  # (..., C², P)
     mask = present @ (1 << np.arange(present.shape[1]))
     e = np.eye(c)[np.asarray(target)]  # (S, C)
     f = np.zeros(d.shape)
     for m in np.unique(mask[mask > 0]):  # loop over presence sets (at most 2^K), each vectorised
         cols = np.flatnonzero(mask == m)
-        a = np.swapaxes(outer[..., cols] @ np.swapaxes(inv_d[..., cols], -1, -2), -1, -2)  # (..., S, C²)
+        a = inv_d[..., cols] @ np.swapaxes(outer[..., cols], -1, -2)  # (..., S, C²): A per cell, symmetric
         a = a.reshape(*a.shape[:-1], c, c)
         lam = np.linalg.solve(a, np.broadcast_to(e, a.shape[:-1])[..., None])[..., 0]  # (..., S, C)
         f[..., cols] = (lam @ lik[..., cols]) * inv_d[..., cols]
