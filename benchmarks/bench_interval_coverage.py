@@ -12,7 +12,8 @@ row (binary: the debiased normal interval of the score-group moments; multi-clas
 `ci_low`/`ci_high` of the result equal it (asserted in every run).
 
 Seeds (TUNING; disjoint from the guarantee tier's 23,000,000–23,069,999 and the unit tests'): binary data and
-bootstrap seed 700,000 + r; multi-class 710,000 + r.
+bootstrap seed 700,000 + r; multi-class 710,000 + r. The mvu targets (2026-12-06 evening): tuning 27,000,000 + r,
+held-out 27,500,000 + r.
 
 Candidates (θ̂ plug-in, θ*_b bootstrap replicates, q_p their p-quantile, s their s.d., z = Φ⁻¹(0.975); m̂ the
 per-bin moments with bootstrap replicates m*_b and variances σ̂²; D(m) = debiased_abs_sum(m, σ̂²)):
@@ -40,6 +41,15 @@ per-bin moments with bootstrap replicates m*_b and variances σ̂²; D(m) = debi
   Kiefer–Wolfowitz NPMLE of the standardised moments on a grid (Jiang & Zhang 2009, Ann. Statist. 37; 200 EM
   steps); Σ of posterior means is unbiased in the compound setting when Ĝ is the moments' empirical law
 
+- mvu targets (``--mvu``; multi-class): the same test rerun on the same data and seed with ``weights="mvu"``
+  (`corrected.mvu_pattern_targets`: per score cell, the minimum-variance unbiased function of the whole answer
+  pattern instead of the inverse-variance average of per-annotator corrected labels; a lower-variance estimator of
+  the same NC-ECE). Its basic and debiased normal intervals; width / basic divides by the basic interval of the
+  shipped ("iv") run, so the ratio is against today's basic interval on the same data. The bootstrap draws do not
+  depend on the targets, so the two runs resample the same items.
+
+``--no-null`` (multi-class): the null side (p-value only) is not drawn; the interval is unchanged (asserted).
+
 Below the table: each debiased centre D_λ's bias and empirical s.d. over the runs against its mean bootstrap
 s.d., the coverage if every run used that mean s.d. (the most a noise-free variance estimate can give), and the
 width an interval with the empirical s.d. would have ("exact-s.d. width").
@@ -49,6 +59,7 @@ world (centred at m̂) and the shrunk world assign to D, against μ; then the be
 (1 + a)|x| − a·E_{N(x, κ²)}|R| for variance + w·bias² averaged over μ ∈ [0, 3.5].
 
 Usage: nice -n 10 python benchmarks/bench_interval_coverage.py SETTING [n_runs [first_seed]] [--estimated] [--eb]
+       [--mvu] [--no-null]
 (--eb: compute the empirical-Bayes row, NaN without it; it costs more than all other rows together)
        nice -n 10 python benchmarks/bench_interval_coverage.py model
 (first_seed 23000000 / 23020000 re-measures on the guarantee tier's held-out seeds, after the choice.)
@@ -84,6 +95,8 @@ _GH_Z, _GH_W = np.polynomial.hermite_e.hermegauss(60)
 _GH_W = _GH_W / _GH_W.sum()
 _NPMLE_GRID = np.linspace(-8.0, 8.0, 161)
 WITH_EB = "--eb" in sys.argv
+WITH_MVU = "--mvu" in sys.argv
+MVU_NAMES = ("mvu targets: basic", "mvu targets: debiased normal")
 
 
 def partly_debiased(moments: np.ndarray, var: np.ndarray, lam: float) -> np.ndarray:
@@ -198,6 +211,22 @@ def _install_spies() -> None:
     refits._Replicates.__init__ = init
     refits._Replicates.evaluate = evaluate
     mc_inference._replicate_fields = fields
+    if "--no-null" in sys.argv:  # multi-class: skip the null side (p-value only; the interval is unchanged)
+        original_null, original_side = mc_inference._null_draw, mc_inference._run_side
+
+        def null_draw(*args, **kwargs):
+            draw = original_null(*args, **kwargs)
+            draw.skip = True
+            return draw
+
+        def run_side(draw, ev, lay, n_rep):
+            if getattr(draw, "skip", False):
+                nan = np.full(n_rep, np.nan)
+                return (nan, np.full((n_rep, lay.n_rows * lay.n_bins), np.nan),
+                        np.full((n_rep, lay.n_rows, lay.n_bins), np.nan), np.zeros(n_rep, bool))
+            return original_side(draw, ev, lay, n_rep)
+
+        mc_inference._null_draw, mc_inference._run_side = null_draw, run_side
 
 
 def binary_run(seed: int) -> np.ndarray:
@@ -223,11 +252,23 @@ def binary_run(seed: int) -> np.ndarray:
 def _multiclass_run(seed: int, kind: str, known: bool) -> np.ndarray:
     _RECORD.clear()
     p, a = mc_sim._sim(3000, seed, True)
-    res = calibration_test_multiclass(p, a, mc_sim.T if known else None, kind=kind,
-                                      n_boot=_runs.MULTICLASS_N_BOOT, seed=seed)
+    channels = mc_sim.T if known else None
+    # "iv": the targets shipped before 2026-12-06 evening (classwise now defaults to "mvu", the rows below)
+    res = calibration_test_multiclass(
+        p, a, channels, kind=kind, weights="iv", n_boot=_runs.MULTICLASS_N_BOOT, seed=seed
+    )
     rows = candidates(_RECORD["value"], _RECORD["b_val"], _RECORD["moments"], _RECORD["b_mom"])
     assert np.allclose(rows[SCORE_GROUP], [res.ci_low, res.ci_high], rtol=1e-9, atol=0), "shipped interval differs"
-    return rows
+    extra = np.full((len(MVU_NAMES) + 1, 2), np.nan)
+    if WITH_MVU:  # the same data and seed, so the same bootstrap draws (the draws do not depend on the targets)
+        _RECORD.clear()
+        mres = calibration_test_multiclass(p, a, channels, kind=kind, weights="mvu", n_boot=_runs.MULTICLASS_N_BOOT,
+                                           seed=seed)
+        m_rows = candidates(_RECORD["value"], _RECORD["b_val"], _RECORD["moments"], _RECORD["b_mom"])
+        assert np.allclose(m_rows[SCORE_GROUP], [mres.ci_low, mres.ci_high], rtol=1e-9, atol=0)
+        extra[0], extra[1] = m_rows[0], m_rows[3]
+        extra[2] = m_rows[len(NAMES) + DIAG_LAMS.index(1.0)]  # (D(m̂), sd_b D(m*)) of the mvu targets
+    return np.concatenate([rows, extra])
 
 
 def top_label_known(seed: int) -> np.ndarray:
@@ -270,9 +311,13 @@ def main(setting: str, n_runs: int, estimated: bool, first_seed: int | None = No
     width = bounds[:, :, 1] - bounds[:, :, 0]
     print("| candidate | coverage | MC s.e. | below | above | mean width | width / basic |")
     print("|---|---|---|---|---|---|---|")
-    for i, name in enumerate(NAMES):
+    first_mvu = len(NAMES) + len(DIAG_LAMS)
+    named = list(enumerate(NAMES))
+    if bounds.shape[1] > first_mvu:
+        named += [(first_mvu + i, name) for i, name in enumerate(MVU_NAMES)]
+    for i, name in named:
         if np.isnan(bounds[:, i]).all():
-            print(f"| {name} | not computed (--eb) | | | | | |")
+            print(f"| {name} | not computed (--eb / --mvu) | | | | | |")
             continue
         below = np.mean(truth < bounds[:, i, 0])
         above = np.mean(truth > bounds[:, i, 1])
@@ -284,11 +329,14 @@ def main(setting: str, n_runs: int, estimated: bool, first_seed: int | None = No
     print("\n| centre | bias | empirical s.d. | mean bootstrap s.d. | ratio | coverage, mean s.d. in every run | "
           "exact-s.d. width / basic |")
     print("|---|---|---|---|---|---|---|")
-    for j, lam in enumerate(DIAG_LAMS):
-        centre, sd = bounds[:, len(NAMES) + j, 0], bounds[:, len(NAMES) + j, 1]
+    diag = [(f"D_{lam}", len(NAMES) + j) for j, lam in enumerate(DIAG_LAMS)]
+    if bounds.shape[1] > len(NAMES) + len(DIAG_LAMS) and not np.isnan(bounds[:, -1]).all():
+        diag.append(("D, mvu targets", bounds.shape[1] - 1))
+    for label, col in diag:
+        centre, sd = bounds[:, col, 0], bounds[:, col, 1]
         emp = centre.std(ddof=1)
         fixed = np.mean(np.abs(centre - truth) <= Z * sd.mean())
-        print(f"| D_{lam} | {centre.mean() - truth:+.5f} | {emp:.5f} | {sd.mean():.5f} | {sd.mean() / emp:.3f} | "
+        print(f"| {label} | {centre.mean() - truth:+.5f} | {emp:.5f} | {sd.mean():.5f} | {sd.mean() / emp:.3f} | "
               f"{fixed:.3f} | {2 * Z * emp / basic_w:.3f} |")
 
 

@@ -17,6 +17,19 @@ renormalised over the annotators present on each item: Ỹ_ic = Σ_{j∈J_i} w_j
 Annotators with v̄_jc = 0 share all the weight of class c (Hanada and Futami 2026 §C.6). For C = 2 both classes get the
 binary weights. The plug-in prevalence is the mean of the equally weighted corrected labels, clipped to
 [1e-4, 1 − 1e-4] per class (Hanada and Futami 2026 §F.4).
+
+Minimum-variance unbiased pattern targets ("mvu"). Any function f of the answer pattern with
+E[f | Y = y] = 1{y = c} for every y is unbiased for P(Y = c | X) under class-conditional, conditionally independent
+noise; the weighted averages above are some of them. With L_p(y) = Π_{j present in p} T_j[y, a_pj] the pattern's
+likelihood and q a probability vector standing in for P(Y | X) (a function of the scores only, so unbiasedness does
+not depend on it), the one of least E_q[f²] among all functions of the patterns of one presence set is
+
+    f_p = Σ_y λ_y L_p(y) / d_p,   d_p = Σ_y q_y L_p(y),   A λ = e_c,   A = Σ_p L_p L_pᵀ / d_p
+
+(a Lagrange solution: f is the posterior P_q(Y | p) mapped linearly, f_p = Σ_y (λ_y/q_y) P_q(y | p)). With one
+annotator it is the backward correction (C patterns, C constraints). It needs the joint answer model (annotators
+independent given Y), where the weighted averages need only each T_j. `mvu_pattern_targets` evaluates it per score
+cell (bin) with q the cell's mean predicted probability vector.
 """
 
 from __future__ import annotations
@@ -38,11 +51,15 @@ __all__ = [
     "corrected_noise_variance",
     "corrected_onehot",
     "iv_weights",
+    "mvu_pattern_targets",
+    "pattern_likelihoods",
     "pattern_targets",
     "plugin_prevalence",
 ]
 
 MULTICLASS_WEIGHT_RULES = ("iv", "equal")
+MVU = "mvu"  # the minimum-variance unbiased pattern targets (module doc); not a per-annotator weight rule
+Q_FLOOR = 1e-6  # q is floored at this (then renormalised) so that every possible pattern has d_p > 0
 PREVALENCE_CLIP = 1e-4
 VAR_ZERO = 1e-12
 
@@ -142,6 +159,46 @@ def pattern_targets(tinv: np.ndarray, w: np.ndarray, labels: np.ndarray, present
     with np.errstate(invalid="ignore", divide="ignore"):
         y = np.where(inc, num / den, 0.0)
     return y, inc
+
+
+def pattern_likelihoods(confusion: np.ndarray, labels: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """(..., C, P) L_p(y) = Π_{j present in p} T_j[y, a_pj] for confusion (..., K, C, C); labels, present (P, K)."""
+    lab = np.where(present, labels, 0)
+    out = None
+    for j in range(labels.shape[1]):  # loop over annotators (K small), each vectorised over replicates, patterns
+        tj = np.where(present[:, j], confusion[..., j, :, :][..., lab[:, j]], 1.0)  # (..., C, P)
+        out = tj if out is None else out * tj
+    return out
+
+
+def mvu_pattern_targets(confusion: np.ndarray, q: np.ndarray, target: np.ndarray, labels: np.ndarray,
+                        present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum-variance unbiased targets (module doc) per score cell and pattern, and the inclusion mask.
+
+    confusion : (..., K, C, C) (leading axes are replicates); q : (S, C) probability vectors of the S score cells;
+    target : (S,) the class each cell's target indicates; labels, present : (P, K) answers and presence.
+    Returns f (..., S, P) with E[f_{s,·} | Y = y] = 1{y = target_s} for every presence set, and inc (P,) (False
+    where nobody answered; f is 0 there).
+    """
+    q = np.maximum(np.asarray(q, np.float64), Q_FLOOR)
+    q = q / q.sum(axis=1, keepdims=True)
+    lik = pattern_likelihoods(confusion, labels, present)  # (..., C, P)
+    c = lik.shape[-2]
+    lead = lik.shape[:-2]
+    # d (..., S, P) = Σ_y q_sy L_p(y): one matrix product over all replicates and patterns
+    d = np.moveaxis((q @ np.moveaxis(lik, -2, 0).reshape(c, -1)).reshape(q.shape[0], *lead, -1), 0, -2)
+    inv_d = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)  # d = 0: a pattern impossible under every y
+    outer = (lik[..., :, None, :] * lik[..., None, :, :]).reshape(*lead, c * c, -1)  # (..., C², P)
+    mask = present @ (1 << np.arange(present.shape[1]))
+    e = np.eye(c)[np.asarray(target)]  # (S, C)
+    f = np.zeros(d.shape)
+    for m in np.unique(mask[mask > 0]):  # loop over presence sets (at most 2^K), each vectorised
+        cols = np.flatnonzero(mask == m)
+        a = inv_d[..., cols] @ np.swapaxes(outer[..., cols], -1, -2)  # (..., S, C²): A per cell, symmetric
+        a = a.reshape(*a.shape[:-1], c, c)
+        lam = np.linalg.solve(a, np.broadcast_to(e, a.shape[:-1])[..., None])[..., 0]  # (..., S, C)
+        f[..., cols] = (lam @ lik[..., cols]) * inv_d[..., cols]
+    return f, mask > 0
 
 
 def _present_codes(annotations: Any, n_classes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -27,15 +27,26 @@ Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts 
 is not finite, has a confusion matrix with smallest singular value ≤ ``min_gap`` or a class with prevalence
 ≤ 1e-6 is *unidentified*: counted, reported and left out of the quantiles.
 
+Targets. By default classwise uses the minimum-variance unbiased pattern targets ("mvu", `corrected` module doc:
+per class-bin cell, the unbiased function of the whole answer pattern of least variance under that cell's mean
+predicted probabilities) and top-label the inverse-variance average of the annotators' corrected labels ("iv").
+In the replicates the cells' probability vectors q stay those of the data (they set efficiency, not bias) and
+the targets are recomputed from each refit. Chosen on tuning seeds (benchmarks/intervals.md, 2026-12-06 evening):
+classwise, estimated channels, the debiased normal interval with "mvu" covered 0.943 at 1.098× the "iv" basic
+interval's width, against 0.930 at 1.159× with "iv" (the limit is 1.15×); D's s.d. falls 4–9% (estimated /
+known channels). Unlike "iv" it needs the annotators independent given the class (the Dawid–Skene model the
+refits already assume); with known channels and dependent annotators "iv" stays unbiased and "mvu" need not.
+
 The debiasing and interval (`debiased_normal_interval`: the debiased value ± z·its bootstrap s.d.) and the p-value
 (`bootstrap_p_value`) are those of the binary `calibration_test`, applied to the G·B moments m_gk / G. Coverage of
 the 95% interval (simulation on tuning seeds, 5 classes, n = 3,000, p ∝ p_true^1.5, 400 runs, n_boot = 100,
-benchmarks/intervals.md): top-label 0.963 with known channels and 0.960 with refits, classwise 0.960 and 0.943.
+benchmarks/intervals.md): top-label 0.963 with known channels and 0.960 with refits, classwise 0.960 and 0.943
+with "iv" targets; classwise with "mvu" (the default since 2026-12-06) 0.948 and 0.943 on other tuning seeds.
 The basic bootstrap interval it replaced covered 0.93 / 0.92 and 0.89 / 0.88: with C·B = 75 moments, many near
 zero, its bootstrap bias correction is not the plug-in's real bias.
 The test's size is 5.0% at α = 0.05 (top-label, calibrated predictor, n = 1,500, refits).
 
-Relation to the binary test (C = 2, classwise): class 0's bins are the mirror of class 1's (bin(1 − s) =
+Relation to the binary test (C = 2, classwise, weights "iv"): class 0's bins are the mirror of class 1's (bin(1 − s) =
 B − 1 − bin(s) except at s·B integer) and Ỹ_0 = 1 − Ỹ_1 (rows of T^{-1} sum to 1), so m_0,B−1−k = −m_1,k and the
 plug-in `nc_ece` and the class-1 moments equal the binary `calibration_test` with the same channels and weights
 (to rounding). The replicates differ (other sampler, multi-class refit), so the interval, p-value and debiased
@@ -55,14 +66,16 @@ from ..inference.bins import nanquantile_columns
 from ..nc_ece import _check_n_bins
 from ._patterns import as_class_annotations, class_codes, pattern_digits
 from .corrected import (
+    MVU,
     PREVALENCE_CLIP,
     as_confusion,
     class_weights,
     iv_weights,
+    mvu_pattern_targets,
     pattern_targets,
 )
 from .dawid_skene import MIN_PREVALENCE, ConfusionFit, batched_confusion_em, estimate_confusion
-from .nc_ece import NC_ECE_KINDS, check_probs, nc_ece_multiclass
+from .nc_ece import NC_ECE_KINDS, check_probs, nc_ece_multiclass, score_cell_probs
 
 __all__ = ["MAX_CELLS_PER_REPLICATE", "calibration_test_multiclass"]
 
@@ -109,18 +122,24 @@ class _Evaluator:
     """Cell tables of R replicates → NC-ECE (R,), scaled moments (R, G·B), mean corrected label (R, G, B), ok."""
 
     def __init__(self, lay: _Layout, weights: Any, t0: np.ndarray, prior0: np.ndarray, w_point: np.ndarray,
-                 refit: bool, min_gap: float):
+                 refit: bool, min_gap: float, p: np.ndarray):
         self.lay, self.weights, self.refit, self.min_gap = lay, weights, refit, min_gap
         self.t0, self.prior0, self.w_point = t0, prior0, w_point
         lay_c = lay.c
         self.labels = np.where(lay.present, lay.pats, 0)
         self.annotated = lay.present.any(axis=1)
+        self.mvu = isinstance(weights, str) and weights == MVU
+        if self.mvu:  # q from the point data's scores, held fixed in the replicates (it sets efficiency, not bias)
+            self.q = score_cell_probs(p, lay.kind, lay.n_bins)
+            self.target = np.repeat(np.arange(lay_c), lay.n_bins)
+            if not refit:  # fixed channels: one table of targets for every replicate
+                self.f0 = mvu_pattern_targets(t0, self.q, self.target, self.labels, lay.present)[0]
         if not refit:  # fixed channels: the plug-in prevalence needs the equally weighted targets
             self.tinv0 = np.linalg.inv(t0)
             self.eq = pattern_targets(self.tinv0, np.ones((lay.k, lay_c)), self.labels, lay.present)[0]
 
     def channels(self, counts_p: np.ndarray):
-        """(tinv (R, K, C, C), weights (R, K, C), ok (R,)) from the replicate pattern counts (R, P)."""
+        """(t, tinv (R, K, C, C), weights (R, K, C), ok (R,)) from the replicate pattern counts (R, P)."""
         lay = self.lay
         r = counts_p.shape[0]
         if self.refit:
@@ -144,7 +163,7 @@ class _Evaluator:
             w = iv_weights(t, prev)
         else:
             w = np.broadcast_to(self.w_point, (r, *self.w_point.shape))
-        return tinv, w, ok
+        return t, tinv, w, ok
 
     def __call__(self, cells: np.ndarray, scores: np.ndarray):
         """cells (R, C·B·P) counts; scores (R, C·B·M) or (C·B·M,) (fixed) score sums."""
@@ -154,11 +173,17 @@ class _Evaluator:
         a4 = cells.reshape(r, c, b, p)
         counts_p = a4.sum(axis=(1, 2)) / g  # every item sits once in each of the G rows
         counts_p[:, ~self.annotated] = 0.0
-        tinv, w, ok = self.channels(counts_p)
-        y, inc = pattern_targets(tinv, w, self.labels, lay.present)  # (R, P, C)
-        sum_y = np.einsum("rtbp,rpt->rtb", a4, y)
-        n_inc = np.einsum("rtbp,rpt->rtb", a4, inc.astype(float))
-        inc_mask = (np.einsum("mj,rjt->rmt", lay.mask_bits, w) > 0) & (np.arange(m) > 0)[None, :, None]
+        t, tinv, w, ok = self.channels(counts_p)
+        if self.mvu:
+            f = self.f0 if not self.refit else mvu_pattern_targets(t, self.q, self.target, self.labels, lay.present)[0]
+            sum_y = (a4 * f.reshape(-1, c, b, p)).sum(axis=3)
+            n_inc = a4 @ self.annotated.astype(float)
+            inc_mask = np.broadcast_to((np.arange(m) > 0)[None, :, None], (r, m, c))
+        else:
+            y, inc = pattern_targets(tinv, w, self.labels, lay.present)  # (R, P, C)
+            sum_y = np.einsum("rtbp,rpt->rtb", a4, y)
+            n_inc = np.einsum("rtbp,rpt->rtb", a4, inc.astype(float))
+            inc_mask = (np.einsum("mj,rjt->rmt", lay.mask_bits, w) > 0) & (np.arange(m) > 0)[None, :, None]
         s4 = np.broadcast_to(scores, (r, c * b * m)).reshape(r, c, b, m)
         sum_s = np.einsum("rtbm,rmt->rtb", s4, inc_mask.astype(float))
         if g == 1:  # top-label: one row over all predicted classes
@@ -297,7 +322,7 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
 
 
 def calibration_test_multiclass(
-    probs: Any, annotations: Any, channels: Any = None, *, kind: str = "top_label", weights: Any = "iv",
+    probs: Any, annotations: Any, channels: Any = None, *, kind: str = "top_label", weights: Any = None,
     n_bins: int = 15, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, min_gap: float = 0.05,
     fitted: ConfusionFit | None = None,
 ) -> CalibrationTest:
@@ -311,7 +336,9 @@ def calibration_test_multiclass(
         re-estimated in every bootstrap and null replicate (``channels_refit`` True); otherwise a known
         `ConfusionFit`, (K, C, C) matrices or binary channels (C = 2), held fixed.
     kind : "top_label" or "classwise" (see module doc). weights : "iv", "equal" or a (K,) / (K, C) array; with
-        estimated channels "iv" uses the fitted prevalence, with supplied ones the plug-in prevalence.
+        estimated channels "iv" uses the fitted prevalence, with supplied ones the plug-in prevalence; or "mvu"
+        (the minimum-variance unbiased pattern targets, `nc_ece_multiclass`). None (default): "mvu" for
+        classwise, "iv" for top-label (module doc, "Targets").
     n_bins : B equal-width bins. n_boot : replicates on each side. alpha : test level; the interval has level
         1 − alpha. min_gap : refits whose smallest singular value is ≤ min_gap are unidentified.
     fitted : a `ConfusionFit` already estimated from these annotations, used as the point estimate and still
@@ -329,6 +356,8 @@ def calibration_test_multiclass(
     """
     if kind not in NC_ECE_KINDS:
         raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
+    if weights is None:
+        weights = MVU if kind == "classwise" else "iv"
     n_bins = _check_n_bins(n_bins)
     if not (isinstance(n_boot, (int, np.integer)) and not isinstance(n_boot, bool) and n_boot >= 1):
         raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
@@ -356,15 +385,16 @@ def calibration_test_multiclass(
         if fit.confusion.shape != (k, c, c):
             raise ValueError(f"fitted has confusion shape {fit.confusion.shape}, expected {(k, c, c)}")
         t0 = fit.confusion
-        w_point = class_weights(t0, fit.prevalence, weights)
-        point = nc_ece_multiclass(p, a, t0, kind=kind, n_bins=n_bins, weights=w_point)
+        mvu = isinstance(weights, str) and weights == MVU
+        w_point = np.full((k, c), np.nan) if mvu else class_weights(t0, fit.prevalence, weights)
+        point = nc_ece_multiclass(p, a, t0, kind=kind, n_bins=n_bins, weights=MVU if mvu else w_point)
         prev0, method = np.asarray(fit.prevalence, float), fit.method
     else:
         t0 = as_confusion(channels, k, c)
         point = nc_ece_multiclass(p, a, t0, kind=kind, n_bins=n_bins, weights=weights)
         w_point, prev0, method = point.weights, point.prevalence, "known"
     lay = _Layout(p, class_codes(a, c), kind, n_bins)
-    ev = _Evaluator(lay, weights, t0, prev0, w_point, refit, min_gap)
+    ev = _Evaluator(lay, weights, t0, prev0, w_point, refit, min_gap, p)
     boot_rng, null_rng = (np.random.default_rng(q) for q in np.random.SeedSequence(seed).spawn(2))
     b_val, b_mom, _, b_ok = _run_side(_bootstrap_draw(lay, boot_rng), ev, lay, n_boot)
     n_val, _, n_mean_y, n_ok = _run_side(_null_draw(lay, p, t0, null_rng), ev, lay, n_boot)

@@ -28,9 +28,16 @@ import numpy as np
 import polars as pl
 
 from ..nc_ece import NCECEResult, _check_n_bins
-from .corrected import PREVALENCE_CLIP, as_confusion, class_weights, pattern_targets
+from .corrected import MVU, PREVALENCE_CLIP, as_confusion, class_weights, mvu_pattern_targets, pattern_targets
 
-__all__ = ["NC_ECE_KINDS", "MulticlassNCECEResult", "binned_ece_multiclass", "check_probs", "nc_ece_multiclass"]
+__all__ = [
+    "NC_ECE_KINDS",
+    "MulticlassNCECEResult",
+    "binned_ece_multiclass",
+    "check_probs",
+    "nc_ece_multiclass",
+    "score_cell_probs",
+]
 
 NC_ECE_KINDS = ("top_label", "classwise")
 PROB_SUM_TOL = 1e-6
@@ -227,6 +234,25 @@ def _cell_sums(p: np.ndarray, a: np.ndarray, c: int, n_bins: int, kind: str):
     return counts.reshape(shape), ssum.reshape(shape), ssq.reshape(c, n_bins)
 
 
+def score_cell_probs(p: np.ndarray, kind: str, n_bins: int) -> np.ndarray:
+    """(C·B, C) mean predicted probability vector of the items in each score cell (row class t, bin k), cell
+    t·B + k: classwise, the items whose p_t falls in bin k; top-label, those predicted t whose max falls in bin k.
+    Uniform 1/C for an empty cell. The q of the "mvu" targets (`corrected.mvu_pattern_targets`)."""
+    c = p.shape[1]
+    if kind == "top_label":
+        t = p.argmax(axis=1)[:, None]
+        s = np.take_along_axis(p, t, axis=1)
+    else:
+        t = np.arange(c)[None, :]
+        s = p
+    cell = (t * n_bins + np.minimum(np.floor(s * n_bins).astype(np.intp), n_bins - 1)).ravel()
+    g = s.shape[1]
+    cnt = np.bincount(cell, minlength=c * n_bins)
+    # loop over the C probability columns, each one bincount over the items
+    sums = np.stack([np.bincount(cell, weights=np.repeat(p[:, j], g), minlength=c * n_bins) for j in range(c)], 1)
+    return np.where(cnt[:, None] > 0, sums / np.maximum(cnt, 1)[:, None], 1.0 / c)
+
+
 def nc_ece_multiclass(
     probs: Any,
     annotations: Any,
@@ -244,8 +270,11 @@ def nc_ece_multiclass(
     annotations : (n, K) class indices; float with NaN = missing, or integer with −1 = missing.
     channels : a `ConfusionFit`, (K, C, C) confusion matrices, or binary channels (C = 2).
     kind : "top_label" or "classwise". n_bins : B equal-width bins.
-    weights : "iv", "equal", or a (K,) / (K, C) array. prevalence : (C,) π for "iv"; None → plug-in
-        (mean of the equally weighted corrected labels over the annotated items, clipped to [1e-4, 1 − 1e-4]).
+    weights : "iv", "equal", or a (K,) / (K, C) array: the corrected labels are weighted averages over the
+        annotators; or "mvu": the minimum-variance unbiased function of the whole answer pattern, per score cell
+        with q = `score_cell_probs` (`corrected` module doc; needs annotators independent given the class; the
+        result's ``weights`` are NaN). prevalence : (C,) π for "iv"; None → plug-in (mean of the equally weighted
+        corrected labels over the annotated items, clipped to [1e-4, 1 − 1e-4]).
     """
     if kind not in NC_ECE_KINDS:
         raise ValueError(f"kind must be one of {NC_ECE_KINDS}, got {kind!r}")
@@ -266,7 +295,13 @@ def nc_ece_multiclass(
         p = p.astype(np.float64)
     if prevalence is not None:
         prevalence = np.asarray(prevalence, dtype=np.float64)
+    mvu = isinstance(weights, str) and weights == MVU
     if c * n_bins * (c + 1) ** k > _MAX_CELLS:
+        if mvu:
+            raise ValueError(
+                f"weights='mvu' needs the {c * n_bins * (c + 1) ** k} answer-pattern cells of {c} classes × {n_bins} "
+                f"bins × {k} annotators (limit {_MAX_CELLS}); use weights='iv'"
+            )
         return _nc_ece_items(p, a, t, kind, int(n_bins), weights, prevalence)
     counts, ssum, ssq = _cell_sums(p, a, c, int(n_bins), kind)
     table = _pattern_table(k, c)
@@ -281,10 +316,18 @@ def nc_ece_multiclass(
             raise ValueError("annotations has no labelled item")
         eq = pattern_targets(tinv, np.ones((k, c)), lab, present)[0]
         prevalence = np.clip(n_pat_items[annotated] @ eq[annotated] / tot, PREVALENCE_CLIP, 1 - PREVALENCE_CLIP)
-    w = class_weights(t, prevalence, weights)
-    ycorr, inc = pattern_targets(tinv, w, lab, present)  # (P, C) each
-    incf = inc.T.astype(np.float64)[:, None, :]  # (C, 1, P) per group = class
-    yg = ycorr.T[:, None, :]  # (C, 1, P)
+    if mvu:
+        q = score_cell_probs(p, kind, int(n_bins))
+        f, _ = mvu_pattern_targets(t, q, np.repeat(np.arange(c), int(n_bins)), lab, present)  # (C·B, P)
+        w = np.full((k, c), np.nan)
+        inc = np.broadcast_to(annotated[:, None], (annotated.size, c))
+        incf = inc.T.astype(np.float64)[:, None, :]
+        yg = f.reshape(c, int(n_bins), -1)  # (C, B, P): target of group t, bin k, pattern p
+    else:
+        w = class_weights(t, prevalence, weights)
+        ycorr, inc = pattern_targets(tinv, w, lab, present)  # (P, C) each
+        incf = inc.T.astype(np.float64)[:, None, :]  # (C, 1, P) per group = class
+        yg = ycorr.T[:, None, :]  # (C, 1, P)
     cn = counts * incf
     bin_n = cn.sum(axis=2)
     bin_s = (ssum * incf).sum(axis=2)

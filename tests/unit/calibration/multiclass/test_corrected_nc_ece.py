@@ -22,7 +22,7 @@ from noisycal_platform.calibration.multiclass import (
 )
 from noisycal_platform.calibration.multiclass import nc_ece as mc_nc_ece
 from noisycal_platform.calibration.multiclass._patterns import pattern_digits
-from noisycal_platform.calibration.multiclass.corrected import pattern_targets
+from noisycal_platform.calibration.multiclass.corrected import mvu_pattern_targets, pattern_targets
 from tests.unit.calibration.multiclass._sim import asymmetric_confusions, draw_annotations, simulate
 
 
@@ -222,3 +222,104 @@ def test_pattern_targets_equal_the_reference_table():
                 assert y.shape == y_ref.shape
                 np.testing.assert_array_equal(y, y_ref)
                 np.testing.assert_array_equal(inc, inc_ref)
+
+
+def _all_patterns(k: int, c: int):
+    pats = pattern_digits(np.arange((c + 1) ** k), k, c)
+    present = pats < c
+    return np.where(present, pats, 0), present
+
+
+def test_mvu_targets_are_unbiased_for_every_presence_set_and_the_backward_correction_for_one_annotator():
+    t = asymmetric_confusions(4)
+    labels, present = _all_patterns(3, 4)
+    rng = np.random.default_rng(11)
+    q = rng.dirichlet(np.ones(4), 6)
+    target = np.array([0, 1, 2, 3, 1, 2])
+    f, inc = mvu_pattern_targets(t, q, target, labels, present)
+    assert f.shape == (6, labels.shape[0]) and np.array_equal(inc, present.any(axis=1))
+    # the likelihood of each pattern, by explicit loops (no vectorised helper)
+    lik = np.ones((4, labels.shape[0]))
+    for p_ in range(labels.shape[0]):
+        for j in range(3):
+            if present[p_, j]:
+                lik[:, p_] *= t[j, :, labels[p_, j]]
+    mask = present @ (1 << np.arange(3))
+    for m in range(1, 8):  # E[f | Y = y, presence set m] = 1{y = target}
+        cols = mask == m
+        np.testing.assert_allclose(f[:, cols] @ lik[:, cols].T, np.eye(4)[target], rtol=0, atol=1e-10)
+    assert np.all(f[:, mask == 0] == 0)
+    # one annotator: C patterns, C constraints: the backward correction row T^{-1}[a, target]
+    f1, _ = mvu_pattern_targets(t[:1], q, target, labels[:5, :1], present[:5, :1])
+    np.testing.assert_allclose(f1[:, :4], np.linalg.inv(t[0])[:, target].T, rtol=0, atol=1e-10)
+    # leading replicate axes broadcast
+    f2, _ = mvu_pattern_targets(np.stack([t, t[::-1]]), q, target, labels, present)
+    np.testing.assert_allclose(f2[0], f, rtol=0, atol=1e-12)
+
+
+def test_mvu_targets_solve_the_constrained_least_squares_and_beat_the_iv_average():
+    t = asymmetric_confusions(5)
+    labels, present = _all_patterns(3, 5)
+    full = np.flatnonzero(present.all(axis=1))
+    rng = np.random.default_rng(12)
+    q = rng.dirichlet(np.full(5, 0.7), 4)
+    target = np.array([0, 2, 4, 1])
+    f = mvu_pattern_targets(t, q, target, labels, present)[0][:, full]
+    lik = np.prod([t[j][:, labels[full, j]] for j in range(3)], axis=0)  # (C, 125)
+    iv = pattern_targets(np.linalg.inv(t), class_weights(t, np.full(5, 0.2), "iv"), labels, present)[0][full]
+    for s in range(4):
+        d = q[s] @ lik
+        # KKT system of min Σ_p d_p f_p² s.t. lik f = e_target, solved directly (no closed form)
+        kkt = np.block([[2 * np.diag(d), lik.T], [lik, np.zeros((5, 5))]])
+        ref = np.linalg.solve(kkt, np.concatenate([np.zeros(full.size), np.eye(5)[target[s]]]))[: full.size]
+        np.testing.assert_allclose(f[s], ref, rtol=1e-8, atol=1e-10)
+        assert d @ f[s] ** 2 < d @ iv[:, target[s]] ** 2  # the iv average is feasible, so never better
+
+
+def test_mvu_nc_ece_is_the_binned_sum_of_per_item_targets_and_tracks_the_clean_ece():
+    rng = np.random.default_rng(13)
+    p, y, a, t = simulate(20_000, 7)
+    a[rng.random(a.shape) < 0.2] = np.nan
+    a[:30] = np.nan
+    labels, present = _all_patterns(3, 5)
+    for kind in ("classwise", "top_label"):
+        res = nc_ece_multiclass(p, a, t, kind=kind, weights="mvu")
+        q = mc_nc_ece.score_cell_probs(p, kind, 15)
+        f, _ = mvu_pattern_targets(t, q, np.repeat(np.arange(5), 15), labels, present)
+        codes = np.where(np.isnan(a), 5, a).astype(int)
+        key = (codes * 6 ** np.arange(3)).sum(axis=1)
+        ok = ~np.isnan(a).all(axis=1)
+        if kind == "classwise":
+            s, grp = p, np.arange(5)[None, :]
+        else:
+            grp = p.argmax(axis=1)[:, None]
+            s = np.take_along_axis(p, grp, axis=1)
+        cell = grp * 15 + np.minimum(np.floor(s * 15), 14).astype(int)
+        target = f[cell, key[:, None]]  # (n, G) per-item target
+        resid = np.bincount(cell[ok].ravel(), weights=(target - s)[ok].ravel(), minlength=75).reshape(5, 15)
+        if kind == "top_label":  # one row: the bins pool the predicted classes
+            resid = resid.sum(axis=0)
+        assert res.value == pytest.approx(np.abs(resid).sum() / s.shape[1] / ok.sum(), rel=1e-9)
+        assert np.isnan(res.weights).all() and res.n_items == ok.sum()
+        clean = binned_ece_multiclass(p, np.eye(5)[y], kind)
+        assert abs(res.value - clean) < 0.01, (kind, res.value, clean)
+
+
+def test_mvu_moments_are_unbiased_with_less_variance_than_iv_in_a_simulation_with_known_truth():
+    """40 data sets of n = 2,000 with known channels: the mean of each class-bin moment's error against the
+    clean-label moment is within 4 Monte Carlo s.e. of 0 for both targets, and the mvu moments' summed error
+    variance is below 0.9 of the iv ones' (seen: 0.82 on 200 runs of the 3,000-item design)."""
+    err = {"iv": [], "mvu": []}
+    for seed in range(40):
+        p, y, a, t = simulate(2_000, 100 + seed)
+        clean = np.eye(5)[y]
+        b = np.minimum(np.floor(p * 15), 14).astype(int) + 15 * np.arange(5)
+        m_clean = np.bincount(b.ravel(), weights=(clean - p).ravel(), minlength=75) / 2_000
+        for rule in err:
+            res = nc_ece_multiclass(p, a, t, kind="classwise", weights=rule)
+            err[rule].append(((res.bin_sum_label - res.bin_sum_score) / 2_000).ravel() - m_clean)
+    for rule, e in err.items():
+        e = np.array(e)
+        z = e.mean(axis=0) / (e.std(axis=0, ddof=1) / np.sqrt(len(e)) + 1e-12)
+        assert np.abs(z).max() < 4.0, rule
+    assert np.array(err["mvu"]).var(axis=0).sum() < 0.9 * np.array(err["iv"]).var(axis=0).sum()

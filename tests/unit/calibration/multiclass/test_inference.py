@@ -61,7 +61,7 @@ def _population(kind: str, n: int = 2_000_000) -> float:
 @pytest.mark.parametrize("kind", ["top_label", "classwise"])
 def test_plugin_value_is_nc_ece_multiclass_with_the_fitted_channels(kind):
     p, a = _sim(2000, 1, True)
-    res = calibration_test_multiclass(p, a, kind=kind, n_boot=40)
+    res = calibration_test_multiclass(p, a, kind=kind, weights="iv", n_boot=40)
     fit = estimate_confusion(a, C, seed=0)
     ref = nc_ece_multiclass(p, a, fit, kind=kind, weights="iv", prevalence=fit.prevalence)
     assert res.nc_ece == pytest.approx(ref.value, rel=1e-9)
@@ -72,7 +72,7 @@ def test_plugin_value_is_nc_ece_multiclass_with_the_fitted_channels(kind):
     mom = res.bins["moment"].to_numpy()
     groups = C if kind == "classwise" else 1
     assert np.abs(mom).sum() / groups == pytest.approx(res.nc_ece, rel=1e-9)
-    known = calibration_test_multiclass(p, a, T, kind=kind, n_boot=40)
+    known = calibration_test_multiclass(p, a, T, kind=kind, weights="iv", n_boot=40)
     assert not known.channels_refit and known.method == "known"
     assert known.nc_ece == pytest.approx(nc_ece_multiclass(p, a, T, kind=kind).value, rel=1e-9)
     assert known.n_unidentified_boot == 0 and known.n_unidentified_null == 0
@@ -92,7 +92,9 @@ def test_two_classes_classwise_equals_the_binary_test_on_the_plugin():
     a = np.where(y[:, None] == 1, rng.random((s.size, 3)) > fnr, rng.random((s.size, 3)) < fpr).astype(float)
     chans = list(zip(fpr, fnr, strict=True))
     binary = calibration_test(s, a, chans, n_boot=300, seed=3)
-    multi = calibration_test_multiclass(np.stack([1 - s, s], axis=1), a, chans, kind="classwise", n_boot=300, seed=3)
+    multi = calibration_test_multiclass(
+        np.stack([1 - s, s], axis=1), a, chans, kind="classwise", weights="iv", n_boot=300, seed=3
+    )
     assert multi.nc_ece == pytest.approx(binary.nc_ece, abs=1e-12)
     one = multi.bins.filter(multi.bins["class"] == 1)
     np.testing.assert_array_equal(one["bin"].to_numpy(), binary.bins["bin"].to_numpy())
@@ -108,13 +110,14 @@ def test_fixed_channels_give_a_bootstrap_that_reproduces_the_point_value():
 
     p, a = _sim(1500, 2, True)
     for kind in ("top_label", "classwise"):
-        lay = mc._Layout(p, mc.class_codes(a, C), kind, 15)
-        ref = nc_ece_multiclass(p, a, T, kind=kind)
-        ev = mc._Evaluator(lay, "iv", T, ref.prevalence, ref.weights, False, 0.05)
-        cells = np.bincount((lay.slot + lay.key[:, None]).ravel(), minlength=lay.n_cells)
-        scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
-        value = ev(cells[None].astype(float), scores[None])[0]
-        assert value[0] == pytest.approx(ref.value, rel=1e-9)
+        for rule in ("iv", "mvu"):
+            lay = mc._Layout(p, mc.class_codes(a, C), kind, 15)
+            ref = nc_ece_multiclass(p, a, T, kind=kind, weights=rule)
+            ev = mc._Evaluator(lay, rule, T, ref.prevalence, ref.weights, False, 0.05, p)
+            cells = np.bincount((lay.slot + lay.key[:, None]).ravel(), minlength=lay.n_cells)
+            scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
+            value = ev(cells[None].astype(float), scores[None])[0]
+            assert value[0] == pytest.approx(ref.value, rel=1e-9), (kind, rule)
 
 
 def test_guided_inverse_cdf_equals_searchsorted():
@@ -229,3 +232,20 @@ def test_coverage_with_known_channels():
     # The 92% first asked for (restored: see the test above).
     assert coverage >= 0.92
     # Classwise coverage (≥ 93%) is asserted by the guarantee tier (tests/guarantees/test_multiclass.py).
+
+
+@pytest.mark.parametrize("kind", ["top_label", "classwise"])
+def test_mvu_targets_in_the_test_equal_nc_ece_multiclass_and_keep_the_replicates_paired(kind):
+    p, a = _sim(2000, 3, True)
+    fit = estimate_confusion(a, C, seed=0)
+    res = calibration_test_multiclass(p, a, kind=kind, weights="mvu", n_boot=40)
+    assert res.nc_ece == pytest.approx(nc_ece_multiclass(p, a, fit, kind=kind, weights="mvu").value, rel=1e-9)
+    assert res.channels_refit and np.isnan(res.weights).all() and res.n_unidentified_boot == 0
+    known = calibration_test_multiclass(p, a, T, kind=kind, weights="mvu", n_boot=40)
+    assert known.nc_ece == pytest.approx(nc_ece_multiclass(p, a, T, kind=kind, weights="mvu").value, rel=1e-9)
+    default = calibration_test_multiclass(p, a, T, kind=kind, n_boot=40)  # classwise "mvu", top-label "iv"
+    rule = "mvu" if kind == "classwise" else "iv"
+    assert default.nc_ece == pytest.approx(nc_ece_multiclass(p, a, T, kind=kind, weights=rule).value, rel=1e-9)
+    assert known.ci_low <= known.nc_ece_debiased <= known.ci_high
+    mom = res.bins["moment"].to_numpy()
+    assert np.abs(mom).sum() / (C if kind == "classwise" else 1) == pytest.approx(res.nc_ece, rel=1e-9)
