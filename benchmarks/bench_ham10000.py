@@ -251,7 +251,7 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
     from noisycal_platform.cleaning.encoder.real_data import BATCH_SIZE
     from noisycal_platform.cleaning.images import load_images
     from noisycal_platform.cleaning.pipeline.embeddings import BASELINE_IMAGE_SIZE
-    from noisycal_platform.cleaning.pipeline.rankings import VERIFY_MAX_SIDE
+    from noisycal_platform.cleaning.pipeline.rankings import VERIFY_MAX_SIDE, VERIFY_SCALE
     from noisycal_platform.cleaning.rankings import rank_irrelevant, rank_label_errors, rank_near_duplicates
     from noisycal_platform.cleaning.rankings.verify import (
         COMBINE,
@@ -299,7 +299,7 @@ def run_stage(args: argparse.Namespace, files: list[str], labels: np.ndarray) ->
                      lambda e=e: rank_near_duplicates(e[:n], top_k=top)) for k, e in kinds.items()}
     sift_kw = {} if args.num_features is None else {"num_features": args.num_features}
     feats = clock("SIFT features (OpenCV, every image, from disk)", lambda: sift_from_files(
-        files, max_side=VERIFY_MAX_SIDE, num_threads=args.sift_threads, **sift_kw))
+        files, max_side=VERIFY_MAX_SIDE, scale=VERIFY_SCALE, num_threads=args.sift_threads, **sift_kw))
     v = clock(f"verification (k = {choice.k} exact neighbours, order {args.combine})", lambda: verified_near_duplicates(
         learned[:n], feats, k=choice.k, min_inliers=args.min_inliers, combine=args.combine))
     verified = {c: rank_verified(v.pairs, v.dist, v.inliers, min_inliers=args.min_inliers, combine=c)

@@ -48,6 +48,28 @@ images in an earlier run of the same day (load about 12): ``fd.run()`` 261 s wal
 issue's figure; the CPU seconds say the platform path needs about 2.2× fastdup's CPU time (211 against 94), so
 on a quiet box it stays above fastdup's 58 s (at best 211 / 2 cores ≈ 106 s).
 
+Before / after SIFT at half size with 64 keypoints (issue 22 item 1), measured 2026-12-06 21:17–22:07 as two
+concurrent runs on the same box (this commit's checkout against ``--noisycal`` of b2f5633, an export of that
+commit; load 15 at the start, 7–8 at the end; the box was shared with other sessions, so every figure carries
+about twice the CPU seconds of the table above and many times its wall seconds):
+
+| part | before wall s | before CPU s | after wall s | after CPU s |
+|---|---|---|---|---|
+| noisycal datasets add | 29.1 | 2.3 | 26.6 | 2.3 |
+| step cleaning__embeddings (ONNX export + forward pass + baseline) | 1237.7 | 155.0 | 1248.2 | 153.2 |
+| step neighbour_rankings: SIFT | 361.9 | 138.3 | 206.6 | 53.3 |
+| — exact k-NN candidates (k = 5) | 7.6 | 5.8 | 12.0 | 5.6 |
+| — geometric verification | 31.6 | 27.9 | 56.6 | 18.7 |
+| — rest of the step (the plain rankings, both kinds; I/O) | 833.3 | | 841.7 | |
+| the other steps (raw, ssl_encoder, rank_irrelevant, queue, checks) | 191.3 | | 198.3 | |
+| tick start-up and Dagster between steps | 248.3 | | 250.7 | |
+| **total** | **2940.9** | **614.3** | **2840.8** | **522.8** |
+
+Quality: before recall@1000 0.296, recall@3207 0.323, 15 of 20 audited; after 0.296, 0.303, **14 of 20**, so the
+half-size setting is not the default (``pipeline.rankings.VERIFY_SCALE`` stays 1; the issue keeps the count). The CPU
+seconds not attributed to a part (about 285 in each run, against about 35 at load 5.5) and the rest of the
+neighbour_rankings step (about 835 s wall in each, 17 s at load 5.5) grow far faster with load than the parts do.
+
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
 the read-back of its pairs is in the note) and recall@1000 (goal ≥ 0.29). ``--quick`` is ``--limit 300``.

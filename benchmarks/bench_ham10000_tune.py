@@ -44,6 +44,42 @@ the default is the next setting the rule accepts, F 128 with k 5 (whole set: rec
 Caveat: k 5 lowers the candidate recall (0.431 → 0.376), so recall deeper than K falls (whole set, recall@3207:
 0.362 at k 10 → 0.323 at k 5); recall@1000 holds. Evaluation half (5,008 images, 1,600 pairs, 8 audited, K = 499):
 160 px, F 128, k 5 recall@499 0.302, 5 of 8 audited; the earlier default (F 256, k 10) 0.302, 5 of 8.
+
+**SIFT image scale** (``--settings scale:F,...``, ``verify.sift_from_files(scale=)``; OpenCV's SIFT doubles its input
+first, and ``cv2.SIFT_create`` has no first-octave parameter, so half size stands for "no upsampled octave"). Rule,
+written down before the grid ran: among scale ∈ {1, 0.75, 0.5} × F ∈ {128, 96, 64} × k ∈ {7, 5} (Lite0 160 px),
+keep the settings whose recall@501 is at least the then default's (scale 1, F 128, k 5, the same run) − 0.005 and
+whose audited count is not lower; take the lowest SIFT + verification CPU seconds; on the whole set through the
+platform the audited count must stay 15 of 20 (else the next-cheapest). Measured 2026-12-06 on the tuning half
+(``--half tuning --sizes 160 --settings ... --ks 7,5``; load 13–18 on the 2-core box, so every CPU figure is about
+twice a quiet box's):
+
+| SIFT scale | F | k | recall@501 | audited in top 501 | SIFT CPU s | verification CPU s per 1,000 pairs |
+|---|---|---|---|---|---|---|
+| 1 | 128 | 7 | 0.2999 | 10 of 12 | 69.1 | 0.67 |
+| 1 | 128 | 5 | 0.2993 | 10 of 12 | 69.1 | |
+| 0.75 | 128 | 7 | 0.2987 | 10 of 12 | 57.0 | 0.71 |
+| 0.75 | 128 | 5 | 0.2974 | 10 of 12 | 57.0 | |
+| 0.5 | 128 | 7 | 0.2987 | 10 of 12 | 31.8 | 0.70 |
+| 0.5 | 128 | 5 | 0.2999 | 10 of 12 | 31.8 | |
+| 0.5 | 96 | 7 | 0.2987 | 10 of 12 | 30.5 | 0.70 |
+| 0.5 | 96 | 5 | 0.2999 | 10 of 12 | 30.5 | |
+| 0.5 | 64 | 7 | 0.2999 | 10 of 12 | 25.7 | 0.43 |
+| **0.5** | **64** | **5** | **0.3012** | **10 of 12** | **25.7** | |
+
+(k = 5 reuses the inliers of k = 7: its candidates are a subset, 20,376 of 28,390 pairs.) Scale 1 with F 96 or 64
+and 0.75 with F 64 were left out for time (load 15): at full size the F-independent detection was 8 of the 9.3 CPU
+s of SIFT on 600 images, and 0.75 with 64 took 3.5× the CPU of 0.5 with 64 there. The rule's pick: scale 0.5,
+F 64, k 5 (``pipeline.rankings.VERIFY_SCALE``, ``verify.SIFT_FEATURES``). Evaluation half, measured once after the
+choice (``--half evaluation --sizes 160 --settings 0.5:64 --ks 5``, load about 25): recall@499 0.3019, 5 of 8
+audited (the full-size F 128 default: 0.302, 5 of 8); SIFT 25.5 CPU s for 5,008 images, verification 12.3 CPU s.
+Through the platform on all 10,015 images (``bench_ham10000_platform.py``, beside the full-size default in the same
+hour) it put **14** of the 20 audited pairs in the top 1,000 (full size: 15), recall@1000 0.296 (0.296), so by the
+rule it is not the default; the next settings by cost (0.5 with F 96, then F 128) could not be run through the
+platform before the session's deadline, and the default stays full size with F 128 (``VERIFY_SCALE`` = 1).
+This script on the whole set (``--half all --settings 0.5:64,0.5:96,0.5:128 --ks 5``, library path, not the
+platform's) gave 0.5 with F 64: recall@1000 0.2975 and 15 of 20 — the platform's ranking differs from it in the
+last places of the top 1,000, so only the platform's count decides.
 """
 
 from __future__ import annotations
@@ -75,6 +111,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="160,128")
     ap.add_argument("--features", default="256,192,128")
     ap.add_argument("--ks", default="10,7,5")
+    ap.add_argument("--scales", default="1.0", help="image scales before SIFT (verify.sift_from_files(scale=))")
+    ap.add_argument("--settings", default=None,
+                    help="SIFT settings scale:F,scale:F,... instead of every --scales × --features pair")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ham_tune"))
     args = ap.parse_args()
@@ -101,6 +140,7 @@ def main() -> None:
     log(f"{args.half}: N={n}, {len(pos)} same-lesion pairs, {len(audited)} audited; top K = {kk}")
     sizes = [int(s) for s in args.sizes.split(",")]
     fs = [int(f) for f in args.features.split(",")]
+    scales = [float(x) for x in args.scales.split(",")]
     ks = sorted((int(k) for k in args.ks.split(",")), reverse=True)
     pos_c, aud_c = codes(pos, n), codes(audited, n)
     rows, cpu = [], {}
@@ -108,17 +148,25 @@ def main() -> None:
     for size in sizes:
         enc = load_pretrained("efficientnet-lite0", image_size=size, device="cpu")
         c, t = _cpu(), time.perf_counter()
-        emb = embed_onnx(enc, files, args.out / "artifacts", batch_size=64, num_threads=args.threads)
+        cached = args.out / f"embeddings_{args.half}_{args.limit}_{size}px.npy"  # a rerun of the grid reuses them
+        if cached.is_file():
+            emb = np.load(cached)
+        else:
+            emb = embed_onnx(enc, files, args.out / "artifacts", batch_size=64, num_threads=args.threads)
+            np.save(cached, emb)
         cpu[f"embed {size}px"] = (_cpu() - c, time.perf_counter() - t)
         x = as_unit_embeddings(emb)
         idx, _ = exact_knn(x, max(ks))
         knn[size] = (x, idx)
         log(f"embedding {size} px: {cpu[f'embed {size}px'][0]:.1f} CPU s")
-    for f in fs:
+    settings = ([(float(a), int(b)) for a, b in (x.split(":") for x in args.settings.split(","))] if args.settings
+                else [(scale, f) for scale in scales for f in fs])
+    for scale, f in settings:
+        tag = f"F={f}" if scale == 1.0 else f"F={f} scale={scale:g}"
         c, t = _cpu(), time.perf_counter()
-        feats = sift_from_files(files, num_features=f, num_threads=args.threads)
-        cpu[f"sift F={f}"] = (_cpu() - c, time.perf_counter() - t)
-        log(f"SIFT F={f}: {cpu[f'sift F={f}'][0]:.1f} CPU s")
+        feats = sift_from_files(files, num_features=f, num_threads=args.threads, scale=scale)
+        cpu[f"sift {tag}"] = (_cpu() - c, time.perf_counter() - t)
+        log(f"SIFT {tag}: {cpu[f'sift {tag}'][0]:.1f} CPU s")
         done: dict[int, int] = {}
         for size in sizes:
             x, idx = knn[size]
@@ -131,24 +179,25 @@ def main() -> None:
                     inl_new = verify_pairs(feats, cand[new])
                     done.update(zip(cc[new].tolist(), inl_new.tolist(), strict=True))
                 vcpu = _cpu() - c
-                cpu[f"verify F={f} {size}px k={k} (new pairs)"] = (vcpu, time.perf_counter() - t)
+                cpu[f"verify {tag} {size}px k={k} (new pairs)"] = (vcpu, time.perf_counter() - t)
                 inl = np.array([done[code] for code in cc.tolist()], np.int64)
                 d = exact_dists(x, cand[:, 0], cand[:, 1])
                 v = rank_verified(cand, d, inl, min_inliers=8, combine="rank_sum")
                 top = codes(v.pairs[:kk], n)
-                r = {"size": size, "F": f, "k": k, "n_candidates": len(cand),
+                r = {"size": size, "scale": scale, "F": f, "k": k, "n_candidates": len(cand),
                      "candidate_recall": float(np.isin(pos_c, cc).mean()),
                      f"recall@{kk}": float(np.isin(pos_c, top).mean()),
                      "audited_in_top": int(np.isin(aud_c, top).sum()),
+                     "sift_cpu_s": cpu[f"sift {tag}"][0],
                      "verify_cpu_s_per_1k_pairs": 1000 * vcpu / max(int(new.sum()), 1)}
                 rows.append(r)
                 log(json.dumps(r))
     (args.out / "tune.json").write_text(json.dumps({"rows": rows, "cpu": cpu, "K": kk, "n": n}, indent=1))
-    print(f"\n| input px | F | k | candidates | candidate recall | recall@{kk} | audited in top {kk} |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"\n| input px | SIFT scale | F | k | candidates | candidate recall | recall@{kk} | audited in top {kk} |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['size']} | {r['F']} | {r['k']} | {r['n_candidates']} | {r['candidate_recall']:.3f} | "
-              f"{r[f'recall@{kk}']:.3f} | {r['audited_in_top']} of {len(audited)} |")
+        print(f"| {r['size']} | {r['scale']:g} | {r['F']} | {r['k']} | {r['n_candidates']} | "
+              f"{r['candidate_recall']:.3f} | {r[f'recall@{kk}']:.4f} | {r['audited_in_top']} of {len(audited)} |")
     print("\nCPU seconds (wall):")
     for name, (c, w) in cpu.items():
         print(f"  {name}: {c:.1f} ({w:.1f} wall)")

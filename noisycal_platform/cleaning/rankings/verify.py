@@ -191,19 +191,32 @@ def _opencv_features(imgs: Sequence[np.ndarray] | Sequence[str], num_features: i
 #: 1,000 against the README's 15 (the issue keeps that count unchanged); 128 gives 15 of 20, recall@1000 0.296
 #: (benchmarks/bench_ham10000_platform.py; the commit before, through the same path: 14 of 20, 0.295). SIFT CPU
 #: seconds per 5,007 images: 47 / 34 / 28.
+#: Half-size images with 64 keypoints (``pipeline.rankings.VERIFY_SCALE``) were tried and not kept: see there.
 SIFT_FEATURES = 128
+#: shortest image side SIFT runs on (a smaller image is rejected; ``scale`` never shrinks an image below it)
+MIN_SIFT_SIDE = 16
 
 
 def sift_from_files(paths: Sequence[str | os.PathLike[str]], *, max_side: int | None = None,
-                    num_features: int = SIFT_FEATURES, num_threads: int | None = None) -> LocalFeatures:
+                    num_features: int = SIFT_FEATURES, num_threads: int | None = None,
+                    scale: float = 1.0) -> LocalFeatures:
     """OpenCV SIFT features of image files, each decoded once to grey (Pillow's "L": ITU-R 601-2 luma) at
-    its own size, or shrunk (aspect kept, Lanczos) so that its longer side is at most ``max_side``."""
+    its own size, or shrunk (aspect kept, Lanczos) so that its longer side is at most ``max_side``; then, with
+    ``scale`` < 1, resized (Lanczos) to round(f × width) × round(f × height), f = ``scale``, or the larger factor
+    that keeps the short side at :data:`MIN_SIFT_SIDE` (16 px; never above 1): a small image is described at 16 px.
+
+    OpenCV's SIFT doubles its input before building the scale space (first octave −1, not a parameter of
+    ``cv2.SIFT_create``), so ``scale = 0.5`` gives about the scale space of the image itself without that
+    upsampled octave, at about a quarter of its pixels. Frames and diagonals are in the resized image's pixels,
+    so the verification's tolerance (a fraction of the diagonal) keeps its meaning."""
     from PIL import Image
 
     paths = [str(p) for p in paths]
     if not paths:
         raise ValueError("paths: no images")
     num_features = _check_pos_int(num_features, "num_features")
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not 0 < scale <= 1:
+        raise ValueError(f"scale must be in (0, 1], got {scale!r}")
 
     def load(path: str) -> np.ndarray:
         try:
@@ -213,14 +226,17 @@ def sift_from_files(paths: Sequence[str | os.PathLike[str]], *, max_side: int | 
             raise ValueError(f"{path}: cannot decode image ({exc})") from exc
         if max_side is not None and max(g.size) > max_side:
             g.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
+        f = min(1.0, max(scale, MIN_SIFT_SIDE / max(min(g.size), 1)))  # never below 16 px (nor enlarged)
+        if f != 1.0:
+            g = g.resize((round(f * g.width), round(f * g.height)), Image.Resampling.LANCZOS)
         arr = np.asarray(g, np.uint8)
-        if min(arr.shape) < 16:
+        if min(arr.shape) < MIN_SIFT_SIDE:
             raise ValueError(f"{path}: image is {arr.shape[1]}×{arr.shape[0]} px, need at least 16×16")
         return arr
 
     from ..profiling import part
 
-    with part(f"SIFT features ({num_features} keypoints)"):
+    with part(f"SIFT features ({num_features} keypoints{'' if scale == 1.0 else f', image scale {scale:g}'})"):
         return _opencv_features(paths, num_features, num_threads, load)
 
 

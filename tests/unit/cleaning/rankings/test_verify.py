@@ -189,3 +189,27 @@ def test_sift_from_files_decodes_each_file_once_shrinks_large_ones_and_names_a_b
     (tmp_path / "bad.png").write_bytes(b"not an image")
     with pytest.raises(ValueError, match=r"bad\.png"):
         sift_from_files([tmp_path / "a.png", tmp_path / "bad.png"])
+
+
+def test_sift_from_files_scale_is_sift_of_the_lanczos_resized_image(tmp_path):
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    a = _texture(10, 160)
+    Image.fromarray(a).save(tmp_path / "a.png")
+    Image.fromarray(np.rot90(a).copy()).save(tmp_path / "a_rot.png")
+    files = [tmp_path / "a.png", tmp_path / "a_rot.png"]
+    half = sift_from_files(files, num_features=64, num_threads=2, scale=0.5)
+    # the same features as OpenCV SIFT on images resized by hand (Pillow Lanczos to 80×80)
+    small = [np.asarray(Image.open(f).convert("L").resize((80, 80), Image.Resampling.LANCZOS)) for f in files]
+    ref = extract_sift(small, num_features=64, num_threads=1)
+    np.testing.assert_array_equal(half.descriptors, ref.descriptors)
+    np.testing.assert_array_equal(half.frames, ref.frames)
+    np.testing.assert_allclose(half.diagonal, [np.hypot(80, 80)] * 2)
+    assert verify_pairs(half, np.array([[0, 1]]))[0] >= 8
+    Image.fromarray(_texture(11, 40)[:, :20].copy()).save(tmp_path / "narrow.png")  # 20×40: kept at 16 px wide
+    small = sift_from_files([tmp_path / "narrow.png"], num_features=16, scale=0.5)
+    np.testing.assert_allclose(small.diagonal, [np.hypot(16, 32)])
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="scale"):
+            sift_from_files(files, scale=bad)
