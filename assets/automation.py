@@ -41,6 +41,7 @@ from resources.model_registry import ModelRegistryResource
 from resources.settings import SettingsResource
 
 __all__ = [
+    "DOWNSTREAM_TAG",
     "JOBS",
     "SCHEDULES",
     "SENSORS",
@@ -49,6 +50,7 @@ __all__ = [
     "automation_sensor",
     "confirmation_sensor",
     "dataset_sensor",
+    "downstream_in_one_run",
     "generations_sensor",
     "model_version_sensor",
     "quality_monitor",
@@ -73,20 +75,87 @@ quality_monitor_job = dg.define_asset_job(
 )
 
 
+#: Tag of an ingestion run that also builds what lies downstream of the annotations (:func:`downstream_in_one_run`).
+DOWNSTREAM_TAG = "noisycal/downstream"
+_IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _input_ready(instance: dg.DagsterInstance, graph, key: dg.AssetKey, partition: str | None) -> bool:
+    """Whether input ``key`` (its ``partition`` when partitioned) is materialised and its latest run succeeded:
+    what the eager conditions (`assets.policy`) require of an input before they build what reads it."""
+    pdef = graph.get(key).partitions_def
+    if pdef is not None:
+        if partition is None or pdef != MODEL_VERSIONS:
+            return False
+        status = instance.get_status_by_partition(key, [partition], pdef) or {}
+        return status.get(partition) == dg.AssetPartitionStatus.MATERIALIZED
+    (record,) = instance.get_asset_records([key]) or (None,)
+    entry = record.asset_entry if record is not None else None
+    if entry is None or entry.last_materialization_record is None:
+        return False
+    planned = entry.last_planned_materialization_run_id
+    if planned is None or planned == entry.last_materialization_record.run_id:
+        return True
+    run = instance.get_run_by_id(planned)
+    return run is None or run.status == dg.DagsterRunStatus.SUCCESS
+
+
+def downstream_in_one_run(context: dg.SensorEvaluationContext) -> tuple[list[dg.AssetKey], str | None]:
+    """(assets, partition key) that a new annotation batch's ingestion run also builds: everything downstream of
+    ``raw/annotations``, so a dropped batch reaches its report in one run instead of a chain of three (ingestion,
+    then the model version's calibration, then the report, each waiting for an automation evaluation and starting
+    a process of its own). ``([], None)`` leaves them to the eager automation conditions, as before, whenever
+    one run could not build them exactly as those would: the home has no model version or more than one (one
+    run holds one partition; the report then waits for every version's chain), an input from outside this set is
+    missing or its latest run failed, or a run in progress or queued touches this set or its inputs.
+
+    The eager conditions do not build these assets again: each is updated in the run after its inputs. If a
+    step fails, the steps after it in the run are skipped and the automation builds what is left (a failed
+    calibration step is then tried once more, by the automation's run)."""
+    graph = context.repository_def.asset_graph
+    keys = set(dg.AssetSelection.assets(ANNOTATIONS).downstream(include_self=False).resolve(graph))
+    if not keys:
+        return [], None
+    instance = context.instance
+    partition = None
+    if any(graph.get(k).partitions_def is not None for k in keys):
+        versions = instance.get_dynamic_partitions(MODEL_VERSIONS.name)
+        if len(versions) != 1:
+            return [], None
+        (partition,) = versions
+    outside = {p for k in keys for p in graph.get(k).parent_keys} - keys - {ANNOTATIONS}
+    touched = keys | outside | {ANNOTATIONS}
+    for record in instance.get_run_records(filters=dg.RunsFilter(statuses=_IN_FLIGHT)):
+        if set(record.dagster_run.asset_selection or ()) & touched or record.dagster_run.asset_selection is None:
+            return [], None
+    if not all(_input_ready(instance, graph, key, partition) for key in sorted(outside, key=str)):
+        return [], None
+    return sorted(keys, key=lambda k: k.to_user_string()), partition
+
+
 @dg.sensor(target=[ANNOTATIONS], default_status=RUNNING, minimum_interval_seconds=FAST_SENSOR_SECONDS)
 def annotation_sensor(context: dg.SensorEvaluationContext, inbox: InboxResource) -> dg.SensorResult:
-    """One RunRequest per new batch content hash; the cursor remembers hashes already requested."""
+    """One RunRequest per new batch content hash; the cursor remembers hashes already requested. A single new
+    batch's run also builds what lies downstream of it when one run can (:func:`downstream_in_one_run`)."""
     requested = set(json.loads(context.cursor)) if context.cursor else set()
     new = [(p, h) for p, h in inbox.new_annotation_batches() if h not in requested]
     if not new:
         return dg.SensorResult(skip_reason=dg.SkipReason("no new annotation batches"))
     requested.update(h for _, h in new)
+    downstream, partition = downstream_in_one_run(context) if len(new) == 1 else ([], None)
+    fold = {DOWNSTREAM_TAG: "true"} if downstream else {}
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(
                 run_key=f"annotations-{h}",
-                asset_selection=[ANNOTATIONS],
-                tags={"noisycal/batch": p.name, "noisycal/sha256": h},
+                asset_selection=[ANNOTATIONS, *downstream],
+                partition_key=partition,
+                tags={"noisycal/batch": p.name, "noisycal/sha256": h, **fold},
             )
             for p, h in new
         ],

@@ -14,6 +14,8 @@ and the final publication (each second counted once, in the first class that cov
 - in a run: a run existed but no step ran (queued, launching its process and loading the code, waiting for a
   pool slot, writing events);
 - between runs: no run existed yet (settle time, sensor and automation intervals, evaluation).
+After each drop it prints each run's timeline (:func:`timeline`: seconds after the drop at which the run was
+created, was launched from the queue, had its process up, started its first step and ended its last).
 
 ``--rows-json F`` also writes the row of ``make bench`` (results_table): the median over the drops of the time to
 the final reports/calibration publication (goal < 30 s); ``--quick`` is one drop.
@@ -113,6 +115,41 @@ def breakdown(instance, t0: float, t1: float) -> dict[str, float]:
     }
 
 
+def timeline(instance, t0: float, t1: float) -> list[str]:
+    """One line per run created in [t0, t1]: its assets and partition, then seconds after ``t0`` when it was
+    created, dequeued by the run queue, its process started (Dagster's engine event), its first step started,
+    its last step ended and the run ended."""
+    lines = []
+    records = instance.get_run_records(filters=dg.RunsFilter(created_after=datetime.fromtimestamp(t0, UTC)))
+    for record in sorted(records, key=lambda r: r.create_timestamp):
+        created = record.create_timestamp.timestamp()
+        if created > t1:
+            continue
+        run = record.dagster_run
+        marks: dict[str, float] = {}
+        for event in instance.all_logs(run.run_id):
+            de = event.dagster_event
+            if de is None:
+                continue
+            name = {_T.RUN_STARTING: "launched", _T.RUN_START: "run_start"}.get(de.event_type)
+            if de.event_type == _T.ENGINE_EVENT and "Started process" in (de.message or ""):
+                name = "process"
+            if de.event_type == _T.STEP_START:
+                marks.setdefault("first_step", event.timestamp)
+            if de.event_type in _STEP_END:
+                marks["last_step_end"] = event.timestamp
+            if name:
+                marks.setdefault(name, event.timestamp)
+        assets = ",".join(sorted(k.to_user_string() for k in run.asset_selection or ()))
+        part = run.tags.get("dagster/partition", "")
+        stamps = " ".join(f"{k} {v - t0:.1f}" for k, v in sorted(marks.items(), key=lambda kv: kv[1]))
+        lines.append(
+            f"  run {run.run_id[:8]} [{assets}]{'[' + part + ']' if part else ''}: created "
+            f"{created - t0:.1f} {stamps} end {(record.end_time or t1) - t0:.1f}"
+        )
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--drops", type=int, default=None, help="drops (default 3; --quick 1)")
@@ -157,6 +194,7 @@ def main() -> int:
                 }
             )
             print(rows[-1], flush=True)
+            print("\n".join(timeline(instance, t0, published[-1])), flush=True)
     print(f"inbox_settle_seconds {args.settle:g}; {os.cpu_count()} CPUs")
     print("| drop | rows | ingested (s) | nc_ece_report[v1] (s) | reports/calibration final (s) | publications "
           "| runs | steps (s) | in a run, no step (s) | between runs (s) | load (1 min) |")

@@ -142,9 +142,10 @@ def cmd_demo(args) -> int:
 
 def cmd_ui(args) -> int:
     from orchestration.instance import dagster_home
+    from orchestration.service import DROPPED_ENV, REPO_ROOT, WORKSPACE
 
-    env = dict(os.environ, **{HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))})
-    from orchestration.service import REPO_ROOT, WORKSPACE
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    env |= {HOME_ENV: str(args.home), "DAGSTER_HOME": str(dagster_home(args.home))}
 
     cmd = [str(Path(sys.executable).parent / "dagster"), "dev", "-h", "127.0.0.1", "-p", str(args.port)]
     cmd += ["-w", str(WORKSPACE)]

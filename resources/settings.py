@@ -76,7 +76,10 @@ class SettingsResource(dg.ConfigurableResource):
     judge_model: str = ""
     n_bootstrap_correctness: int = 10_000
     seed: int = 0
-    # drop folders: a batch is ingested once unchanged this long (0 = writers rename complete files in)
+    # drop folders: a batch is ingested once unchanged this long. 30 s: a copy over a network share, from a USB stick
+    # or a browser download can pause for seconds between its pieces, and a batch read in a pause would lose its
+    # remaining rows; it costs every drop about 30 s of latency. 0 = writers that rename complete files in (a
+    # hidden / *.tmp / *.part file renamed into the inbox is never seen partial)
     inbox_settle_seconds: float = Field(default=30.0, ge=0.0, le=60.0)
     # scale-out (resources/executor.py, resources/parquet_warehouse.py); the defaults are the embedded set-up
     executor: Literal["in_process", "multiprocess", "dask"] = "in_process"

@@ -7,8 +7,9 @@ import shutil
 import dagster as dg
 import pytest
 
-from assets.automation import annotation_sensor, model_version_sensor
+from assets.automation import DOWNSTREAM_TAG, annotation_sensor, model_version_sensor
 from assets.policy import EAGER, EAGER_PARTITIONED
+from assets.raw import ANNOTATIONS
 from definitions import build_definitions
 from noisycal_platform.files import sha256_file
 from orchestration.runner import instance_for, tick
@@ -164,6 +165,80 @@ def test_predictions_replaced_in_place_are_requested_again_by_content(defs, layo
     assert not r3.dynamic_partitions_requests
     r4 = model_version_sensor(_ctx(defs, layout, cursor=r3.cursor, name="model_version_sensor"))
     assert not r4.run_requests
+
+
+# ------------------------------------------------------------ a single batch and its downstream in one run
+#: what lies downstream of raw/annotations reads these too (the fold waits until each is built and succeeded)
+FOLD_INPUTS = [
+    dg.AssetKey(["raw", "predictions"]),
+    dg.AssetKey(["raw", "reference_labels"]),
+    dg.AssetKey(["staging", "stg_model_versions"]),
+]
+
+
+def _add_version(layout, version: str) -> None:
+    (layout.models / version).mkdir()
+    (layout.models / version / "predictions.csv").write_text("item_id,score\na,0.25\nb,0.75\n")
+    instance_for(layout.home).add_dynamic_partitions("model_versions", [version])
+
+
+def _build(defs, layout, keys, partition):
+    result = dg.materialize(
+        [*defs.assets, *defs.asset_checks],
+        selection=keys,
+        partition_key=partition,
+        instance=instance_for(layout.home),
+        resources=defs.resources,
+    )
+    assert result.success
+
+
+def test_a_single_batch_is_ingested_with_its_downstream_in_one_run(defs, layout):
+    downstream = (
+        dg.AssetSelection.assets(ANNOTATIONS).downstream(include_self=False).resolve(defs.resolve_asset_graph())
+    )
+    assert {k.to_user_string() for k in downstream} >= {"calibration/nc_ece_report", "reports/calibration"}
+    _add_version(layout, "v1")
+    (layout.annotation_inbox / "b1.csv").write_text(HEADER + "a,r1,1\n")
+    # the version's predictions are not loaded yet: the ingestion alone (the automation waits for them)
+    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    assert (rr.asset_selection, rr.partition_key, DOWNSTREAM_TAG in rr.tags) == ([ANNOTATIONS], None, False)
+    _build(defs, layout, FOLD_INPUTS, "v1")
+    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    assert set(rr.asset_selection) == {ANNOTATIONS, *downstream} and rr.partition_key == "v1"
+    assert rr.tags[DOWNSTREAM_TAG] == "true"
+    assert rr.run_key == f"annotations-{sha256_file(layout.annotation_inbox / 'b1.csv')}"
+    # two new batches in one evaluation: each ingestion alone (one of them takes both; the automation follows)
+    (layout.annotation_inbox / "b2.csv").write_text(HEADER + "b,r1,0\n")
+    assert [r.asset_selection for r in annotation_sensor(_ctx(defs, layout)).run_requests] == [[ANNOTATIONS]] * 2
+    (layout.annotation_inbox / "b2.csv").unlink()
+    # a second model version: one run holds one partition, so the ingestion alone
+    _add_version(layout, "v2")
+    _build(defs, layout, FOLD_INPUTS[:1], "v2")
+    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    assert (rr.asset_selection, rr.partition_key) == ([ANNOTATIONS], None)
+
+
+@pytest.mark.slow  # about a minute on an idle 2-core box: the demo's calibration home is built first
+def test_a_dropped_batch_reaches_its_report_in_one_run_and_nothing_reruns(tmp_path):
+    from noisycal_platform.calibration.demo_data import _annotations, write_demo_calibration_inputs
+
+    home = tmp_path / "home"
+    write_demo_calibration_inputs(home, seed=0)
+    defs = build_definitions(home)
+    assert all(r["success"] for r in tick(home, defs=defs).runs)
+    instance = instance_for(home)
+    report_key = dg.AssetKey(["reports", "calibration"])
+    published = len(instance.fetch_materializations(report_key, limit=100).records)
+    ann, held = _annotations(0)
+    ann.filter(held)[::3].write_csv(home / "inbox" / "annotations" / "drop_1.csv")
+    report = tick(home, defs=defs)
+    downstream = dg.AssetSelection.assets(ANNOTATIONS).downstream().resolve(defs.resolve_asset_graph())
+    assert [(set(r["assets"]), r["partition"], r["success"]) for r in report.runs] == [
+        ({k.to_user_string() for k in downstream}, "v1", True)
+    ]
+    assert len(instance.fetch_materializations(report_key, limit=100).records) == published + 1
+    assert tick(home, defs=defs).n_runs == 0  # the eager conditions see everything built after its inputs
 
 
 # ------------------------------------------------------------------ automation conditions on a toy graph

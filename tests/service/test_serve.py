@@ -62,3 +62,15 @@ def test_serve_starts_webserver_and_daemon_and_stops_both_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_service_processes_write_bytecode_caches(tmp_path, monkeypatch):
+    """Each run of the service imports the code location in a process of its own: an inherited
+    PYTHONDONTWRITEBYTECODE would make every one compile the stack from source (orchestration.service)."""
+    from orchestration.service import service_env
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = service_env(tmp_path / "home")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["NOISYCAL_HOME"] == str(tmp_path / "home") and env["DAGSTER_HOME"] == str(tmp_path / "home" / "dagster")
+    assert env["PATH"] == os.environ["PATH"]
