@@ -254,7 +254,7 @@ def test_mvu_targets_are_unbiased_for_every_presence_set_and_the_backward_correc
     np.testing.assert_allclose(f1[:, :4], np.linalg.inv(t[0])[:, target].T, rtol=0, atol=1e-10)
     # leading replicate axes broadcast
     f2, _ = mvu_pattern_targets(np.stack([t, t[::-1]]), q, target, labels, present)
-    np.testing.assert_allclose(f2[0], f, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(f2[0], f, rtol=1e-9, atol=1e-12)  # batched LAPACK solves: last bits may differ
 
 
 def test_mvu_targets_solve_the_constrained_least_squares_and_beat_the_iv_average():
