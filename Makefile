@@ -57,10 +57,16 @@ TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && \
 TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 # The default suite, the guarantee tier (tests/guarantees, marker `guarantee`) included: everything not `slow`.
+# It runs on TEST_WORKERS pytest-xdist worker processes (one per core, at most 4; 0 = in this process). Most of the
+# suite is one Python thread at a time (Dagster runs, DuckDB, pydantic), so one process left the second core idle.
+# `--dist loadfile` keeps each test file on one worker: the module-scoped homes that several tests share (up to
+# 54 s to build) are built once, not once per worker.
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
 #   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; \
+	if [ $$n -lt 2 ]; then n=0; fi; echo $$n)
 test: $(STAMP) browser-deps
-	@start=$$(date +%s); $(TEST_ENV) $(BIN)/python -m pytest -q; rc=$$?; \
+	@start=$$(date +%s); $(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
 	echo "make test: pytest took $$(( $$(date +%s) - start )) s (rc $$rc)"; exit $$rc
 
 # SmolLM2-135M (for the slow generation-collection test) ships as a package whose declared deps compile
