@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # tests.asset_chains (the chain waited for), when run as a script from any folder
 DATASET = "bench"
 SIZE = 32
 PER_FOLDER = 10_000
