@@ -412,6 +412,12 @@ def main() -> int:
         save()
         return 1
 
+    from orchestration.instance import instance_for
+
+    # the home's Dagster storage is created here, before the service and this poller open it at the same moment
+    # (two processes creating a fresh SQLite schema together can stamp it with two heads; `serve` guards only its
+    # own children)
+    instance_for(home).dispose()
     port = _free_port()
     logf = open(out / "serve.log", "w")
     serve = subprocess.Popen(["nice", "-n", "15", sys.executable, "-m", "orchestration.cli", "--home", str(home),
