@@ -473,7 +473,7 @@ def _rescan_blocks(
     at = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt)  # the pairs of each row's component
     mixed[np.repeat(np.arange(rows.size), cnt), kb[at]] = True
     mr = blocks.m[blocks.pos[rows]]
-    m0 = np.where(mixed, -np.inf, mr).max(axis=1).astype(np.float64)  # -inf: every block is mixed
+    m0 = np.max(mr, axis=1, where=~mixed, initial=-np.inf).astype(np.float64)  # -inf: every block is mixed
     del mixed
     # a mixed block's maximum bounds its outside points too: it is skipped by the same rule
     bi, ri = np.nonzero((mr >= floor32(m0 - eps2)[:, None]).T)  # (block, row) pairs by block
