@@ -7,26 +7,36 @@ offers an exact, GEMM-blocked MST.
 
 Borůvka with certified neighbour lists:
 
-1. One exact k-NN pass (k = 8; ``_first_lists``: upper-triangle float32 GEMM tiles, each inner
-   product screened for both of its points) gives every point its top-k neighbours; the k entries
+0. Block order (``_Blocks``, float32 path): every point goes to its most similar of ~N/64 pivots (evenly
+   spaced rows, themselves grouped by ~sqrt of them), the points are sorted by pivot, and cut into blocks
+   of 64 consecutive points, so that near points share few blocks.
+1. One exact k-NN pass (k = 8; ``_first_lists``: upper-triangle float32 GEMM tiles in block order, each
+   inner product screened for both of its points) gives every point its top-k neighbours; the k entries
    are re-evaluated in float64 and every other point is known to be at distance >= ``lb`` (the
    (k+1)-th float32 value widened by the rigorous rounding margin). Rows whose first entry cannot
-   be certified that way (float32 near-ties) are settled exactly.
+   be certified that way (float32 near-ties) are settled exactly. The same tiles give every point its
+   largest float32 similarity to each block (N × N/64 float32, at most 64 MiB: coarser blocks past
+   N ≈ 32,000), and entries are searched only in the blocks whose maximum reaches a threshold.
 2. Each round, a point's nearest neighbour *outside its component* is certified when the first
    list entry outside the component is closer than ``lb`` (components only grow, so the outside set
    only shrinks and an old list stays a valid lower bound). Each component takes its best certified
    edge, but only after every uncertified member whose lower bound could still beat (or tie) it has
    been rescanned exactly (``_rescan_exact``: float32 GEMM against the points outside its
    component, near-ties of the row maximum re-evaluated in float64; the result is a one-entry list
-   whose distance becomes the new lower bound once that neighbour is absorbed). A component
+   whose distance becomes the new lower bound once that neighbour is absorbed). On the float32 path
+   (``_rescan_blocks``) a rescan reads only the blocks whose first-pass maximum comes within the
+   margin of the best maximum of a block wholly outside the row's component (a point attains it), about
+   10 blocks of 64 instead of all N points on clustered data; same result, same ties. A component
    holding more than half of the points is skipped while it would need rescans: any component's
    lightest outgoing edge is an MST edge (cut property), so correctness only needs progress, which
    the others supply.
 3. Edges are compared by the key (d, min(i, j), max(i, j)), a strict total order, so Borůvka never
    forms a cycle and ties are resolved deterministically.
 
-The GEMM tiles of steps 1 and 2 run on a few threads, each with a single-threaded BLAS and one
-512×4096 float32 buffer (``_kernels.ordered_map``); the MST does not depend on their number.
+The GEMM tiles of step 1 and the ``_rescan_exact`` rescans run on a few threads, each with a
+single-threaded BLAS and one 512×4096 float32 buffer (``_kernels.ordered_map``); the block rescans are
+small GEMMs on the calling thread (threads only contend for the GIL there). The MST does not depend on
+the number of threads.
 """
 
 from __future__ import annotations
@@ -50,7 +60,7 @@ _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
 _SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 _BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
-_BLOCK_MEM = 1 << 23  # at most this many float32 block maxima (32 MiB)
+_BLOCK_MEM = 1 << 24  # at most this many float32 block maxima (64 MiB)
 
 
 def _group_bound(s: np.ndarray, kk: int) -> np.ndarray:
@@ -239,17 +249,17 @@ def _first_lists(
     thr = np.full(n, -np.inf, np.float32)  # = topv[:, k]: smaller entries cannot enter a list
     local = threading.local()
 
-    def tile_candidates(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-        """Pairs (p, q, s32) of tile (a, b) that may enter p's (or, off the diagonal, q's) list, and the
-        block maxima (p0, b0, values) to fold into ``blocks.m`` (positions in ``xw`` order)."""
-        a, b = ab
+    def tile_candidates(task: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        """Pairs (p, q, s32) of rows ra..ra1 of tile (a, b) that may enter p's (or, off the diagonal, q's)
+        list, and the block maxima (p0, b0, values) to fold into ``blocks.m`` (positions in ``xw`` order)."""
+        a, b, ra, ra1 = task
         folds: list = []
-        a1, b1 = min(a + tile, n), min(b + tile, n)
+        b1 = min(b + tile, n)
         if not hasattr(local, "buf"):
             local.buf = np.empty(h * tile, np.float32)
         out_p, out_q, out_s = [], [], []
-        for r0 in range(a, a1, h):
-            r1 = min(r0 + h, a1)
+        for r0 in range(ra, ra1, h):
+            r1 = min(r0 + h, ra1)
             s = local.buf[: (r1 - r0) * (b1 - b)].reshape(r1 - r0, b1 - b)
             np.matmul(xw[r0:r1], xw[b:b1].T, out=s)
             tr = np.maximum(thr[r0:r1], _FLOOR)  # the floor excludes masked (-inf) entries
@@ -306,12 +316,18 @@ def _first_lists(
         thr[u] = topv[u, k]
 
     with ordered_map(n > tile) as pmap:
-        # the diagonal tiles first: every point then has a threshold from its own tile
-        for p, q, sv, folds in pmap(tile_candidates, [(a, a) for a in range(0, n, tile)]):
+        # the diagonal tiles first (in halves: fewer, longer idle ends on the workers): every point then has a
+        # threshold from its own tile
+        diag = []
+        for a in range(0, n, tile):
+            a1 = min(a + tile, n)
+            mid = a + (a1 - a) // h // 2 * h
+            diag += [(a, a, a, mid), (a, a, mid, a1)] if mid > a else [(a, a, a, a1)]
+        for p, q, sv, folds in pmap(tile_candidates, diag):
             merge(p, q, sv)
             for f in folds:
                 blocks.fold(*f)
-        off = ((a, b) for a in range(0, n, tile) for b in range(a + tile, n, tile))
+        off = ((a, b, a, min(a + tile, n)) for a in range(0, n, tile) for b in range(a + tile, n, tile))
         for p, q, sv, folds in pmap(tile_candidates, off):
             merge(np.concatenate([p, q]), np.concatenate([q, p]), np.concatenate([sv, sv]))
             for f in folds:
