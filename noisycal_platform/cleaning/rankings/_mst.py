@@ -60,6 +60,7 @@ _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
 _SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 _BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
+_RESCAN_DENSE = 0.5  # block rescans reading more than this share of all row×point products use ``_rescan_exact``
 _BLOCK_MEM = 1 << 24  # at most this many float32 block maxima (64 MiB)
 
 
@@ -494,6 +495,9 @@ def _rescan_blocks(
     # a mixed block's maximum bounds its outside points too: it is skipped by the same rule
     bi, ri = np.nonzero((mr >= floor32(m0 - eps2)[:, None]).T)  # (block, row) pairs by block
     del mr
+    if bi.size * bs > _RESCAN_DENSE * rows.size * n:  # little pruned (near-equidistant points): big parallel tiles
+        _rescan_exact(x, rows, comp, eps2, lists)
+        return
     edges = np.searchsorted(bi, np.arange(nb + 1))
     tasks = [(b, ri[edges[b] : edges[b + 1]]) for b in range(nb) if edges[b + 1] > edges[b]]
     floor0 = m0 - 2.0 * eps2  # <= the final near-tie threshold of each row

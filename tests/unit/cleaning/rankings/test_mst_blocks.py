@@ -85,8 +85,10 @@ def test_block_maxima_are_the_block_maxima(small_tiles, monkeypatch, bs, kind):
 @pytest.mark.parametrize("bs", [4, 8, 64])
 @pytest.mark.parametrize("kind", sorted(DATA))
 @pytest.mark.parametrize("comps", ["few", "giant", "singletons"])
-def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs, kind, comps):
+@pytest.mark.parametrize("dense", [np.inf, 0.0])  # never / always handed to _rescan_exact
+def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs, kind, comps, dense):
     monkeypatch.setattr(_mst, "_BLOCK", bs)
+    monkeypatch.setattr(_mst, "_RESCAN_DENSE", dense)
     rng = np.random.default_rng(bs)
     x = unit32(DATA[kind](360, 10, bs))
     n = x.shape[0]
@@ -112,6 +114,7 @@ def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs
 @pytest.mark.parametrize("kind", sorted(DATA))
 def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, workers, kind):
     monkeypatch.setattr(_mst, "_BLOCK", bs)
+    monkeypatch.setattr(_mst, "_RESCAN_DENSE", np.inf)  # the block path even where it prunes little
     monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     x0 = DATA[kind](420, 8, 11)
     i, j, d, _ = _mst.exact_mst(unit32(x0))
