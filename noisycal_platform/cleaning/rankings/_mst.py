@@ -61,6 +61,7 @@ _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the ca
 _SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 _BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
 _RESCAN_DENSE = 0.5  # block rescans reading more than this share of all row×point products use ``_rescan_exact``
+_TASK_MACS = 1 << 23  # a block-rescan task's fixed cost in float32 multiply-adds (~0.3 ms of GEMM)
 _BLOCK_MEM = 1 << 24  # at most this many float32 block maxima (64 MiB)
 
 
@@ -495,10 +496,13 @@ def _rescan_blocks(
     # a mixed block's maximum bounds its outside points too: it is skipped by the same rule
     bi, ri = np.nonzero((mr >= floor32(m0 - eps2)[:, None]).T)  # (block, row) pairs by block
     del mr
-    if bi.size * bs > _RESCAN_DENSE * rows.size * n:  # little pruned (near-equidistant points): big parallel tiles
+    edges = np.searchsorted(bi, np.arange(nb + 1))
+    n_tasks = int(np.count_nonzero(np.diff(edges)))
+    # little pruned (near-equidistant points), or so few rows that the per-block calls cost more than all
+    # products: the full-tile rescan (parallel, same result)
+    if bi.size * bs > _RESCAN_DENSE * rows.size * n or rows.size * n * x.shape[1] <= n_tasks * _TASK_MACS:
         _rescan_exact(x, rows, comp, eps2, lists)
         return
-    edges = np.searchsorted(bi, np.arange(nb + 1))
     tasks = [(b, ri[edges[b] : edges[b + 1]]) for b in range(nb) if edges[b + 1] > edges[b]]
     floor0 = m0 - 2.0 * eps2  # <= the final near-tie threshold of each row
 

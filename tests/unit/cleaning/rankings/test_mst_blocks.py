@@ -89,6 +89,7 @@ def test_block_maxima_are_the_block_maxima(small_tiles, monkeypatch, bs, kind):
 def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs, kind, comps, dense):
     monkeypatch.setattr(_mst, "_BLOCK", bs)
     monkeypatch.setattr(_mst, "_RESCAN_DENSE", dense)
+    monkeypatch.setattr(_mst, "_TASK_MACS", 0 if dense else 1 << 62)
     rng = np.random.default_rng(bs)
     x = unit32(DATA[kind](360, 10, bs))
     n = x.shape[0]
@@ -115,6 +116,7 @@ def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs
 def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, workers, kind):
     monkeypatch.setattr(_mst, "_BLOCK", bs)
     monkeypatch.setattr(_mst, "_RESCAN_DENSE", np.inf)  # the block path even where it prunes little
+    monkeypatch.setattr(_mst, "_TASK_MACS", 0)  # and for few rows
     monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     x0 = DATA[kind](420, 8, 11)
     i, j, d, _ = _mst.exact_mst(unit32(x0))
