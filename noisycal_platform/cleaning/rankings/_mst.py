@@ -227,9 +227,10 @@ def _first_lists(
     Hand-written, not faiss: faiss' k-NN search computes the full N² product and its heaps take
     about as long again; here each off-diagonal tile gives its inner products to both of their
     points (half the GEMM), on single-threaded-BLAS worker threads. Per point the k+1 largest
-    float32 similarities s32 (ties by index) are kept. Phase 1, the diagonal tiles as full squares
-    (rows only, self masked): a strip (``_TILE // 8`` rows) yields the entries reaching
-    ``_group_bound``; phase 2, the off-diagonal tiles: entries reaching the (k+1)-th value of
+    float32 similarities s32 (ties by index) are kept. Phase 1, the diagonal squares (a quarter
+    tile side) as full squares (rows only, self masked): a strip (``_TILE // 8`` rows) yields the
+    entries reaching ``_group_bound``; phase 2, the rest of the upper triangle (the off-diagonal
+    squares of each diagonal tile, then the off-diagonal tiles): entries reaching the (k+1)-th value of
     the merged list of their row or their column point. Both thresholds bound the final
     (k+1)-th value from below, so the kept lists are the exact top-(k+1) under (-s32, j) whatever
     the thread timing. The first k are re-evaluated in float64 (sorted by (d, j)); every other
@@ -238,7 +239,9 @@ def _first_lists(
 
     With ``blocks`` the tiles run over the points in ``blocks.perm`` order and every strip also folds its
     block maxima into ``blocks.m`` (row maxima per column block; off the diagonal also column maxima per row
-    block), so the lists and lb are the same, and the rescans can prune blocks (``_rescan_blocks``).
+    block), so the lists and lb are the same, and the rescans can prune blocks (``_rescan_blocks``). In that
+    order near points are adjacent, so the diagonal squares already give tight thresholds, and the strips
+    read only the blocks whose maximum reaches one (``_strip_entries``).
     """
     nbr, nd, lb, exact0 = lists
     n = x.shape[0]
@@ -251,12 +254,11 @@ def _first_lists(
     thr = np.full(n, -np.inf, np.float32)  # = topv[:, k]: smaller entries cannot enter a list
     local = threading.local()
 
-    def tile_candidates(task: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-        """Pairs (p, q, s32) of rows ra..ra1 of tile (a, b) that may enter p's (or, off the diagonal, q's)
-        list, and the block maxima (p0, b0, values) to fold into ``blocks.m`` (positions in ``xw`` order)."""
-        a, b, ra, ra1 = task
+    def tile_candidates(task: tuple[int, int, int, int, bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        """Pairs (p, q, s32) of tile rows ra..ra1 × columns b..b1 that may enter p's (or, off the diagonal,
+        q's) list, and the block maxima (p0, b0, values) to fold into ``blocks.m`` (positions in ``xw`` order)."""
+        ra, ra1, b, b1, on_diag = task
         folds: list = []
-        b1 = min(b + tile, n)
         if not hasattr(local, "buf"):
             local.buf = np.empty(h * tile, np.float32)
         out_p, out_q, out_s = [], [], []
@@ -265,16 +267,16 @@ def _first_lists(
             s = local.buf[: (r1 - r0) * (b1 - b)].reshape(r1 - r0, b1 - b)
             np.matmul(xw[r0:r1], xw[b:b1].T, out=s)
             tr = np.maximum(thr[r0:r1], _FLOOR)  # the floor excludes masked (-inf) entries
-            if a == b:
+            if on_diag:
                 s.ravel()[r0 - b :: b1 - b + 1][: r1 - r0] = -np.inf  # the point itself
             rm = cm = None
             if blocks is not None:
                 b0, rm = blocks.row_max(b, s)
                 folds.append((r0, b0, rm))
-                if a != b:
+                if not on_diag:
                     b0, cm = blocks.col_max(r0, s)
                     folds.append((b, b0, cm))
-            if a == b:
+            if on_diag:
                 np.maximum(tr, _group_bound(s, k1), out=tr)
                 tc = None
             else:
@@ -318,18 +320,20 @@ def _first_lists(
         thr[u] = topv[u, k]
 
     with ordered_map(n > tile) as pmap:
-        # the diagonal tiles first (in halves: fewer, longer idle ends on the workers): every point then has a
-        # threshold from its own tile
-        diag = []
+        # the diagonal squares first (a quarter tile: fewer products computed twice, and more tasks to share):
+        # every point then has a threshold from its own square; then the rest of the upper triangle
+        sub = max(h, tile // 4 // h * h)
+        diag, off = [], []
         for a in range(0, n, tile):
             a1 = min(a + tile, n)
-            mid = a + (a1 - a) // h // 2 * h
-            diag += [(a, a, a, mid), (a, a, mid, a1)] if mid > a else [(a, a, a, a1)]
+            for u in range(a, a1, sub):
+                diag.append((u, min(u + sub, a1), u, min(u + sub, a1), True))
+                off += [(u, min(u + sub, a1), v, min(v + sub, a1), False) for v in range(u + sub, a1, sub)]
+            off += [(a, a1, b, min(b + tile, n), False) for b in range(a + tile, n, tile)]
         for p, q, sv, folds in pmap(tile_candidates, diag):
             merge(p, q, sv)
             for f in folds:
                 blocks.fold(*f)
-        off = ((a, b, a, min(a + tile, n)) for a in range(0, n, tile) for b in range(a + tile, n, tile))
         for p, q, sv, folds in pmap(tile_candidates, off):
             merge(np.concatenate([p, q]), np.concatenate([q, p]), np.concatenate([sv, sv]))
             for f in folds:
