@@ -61,6 +61,7 @@ _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the ca
 _SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 _BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
 _RESCAN_DENSE = 0.5  # block rescans reading more than this share of all row×point products use ``_rescan_exact``
+_STRIP_DENSE = 0.25  # k-NN strips whose blocks reaching a threshold cover more than this share: plain comparison
 _TASK_MACS = 1 << 23  # a block-rescan task's fixed cost in float32 multiply-adds (~0.3 ms of GEMM)
 _BLOCK_MEM = 1 << 24  # at most this many float32 block maxima (64 MiB)
 
@@ -114,26 +115,29 @@ def _strip_entries(
     out = []
     if hc and wc:
         nbh, nbw = hc // bs, wc // bs
-        core = s[:hc, :wc]
         ii, bb = np.nonzero(rm[:hc, :nbw] >= tr[:hc, None])
+        jj, aa = np.nonzero(cm[:wc, :nbh] >= tc[:wc, None]) if tc is not None else (ii[:0], ii[:0])
+        if (ii.size + jj.size) * bs > _STRIP_DENSE * hc * wc:  # the plain comparison is cheaper (unclustered data)
+            hc = wc = 0
+    if hc and wc:
+        core = s[:hc, :wc]
         if ii.size:
             sub = core.reshape(hc, nbw, bs)[ii, bb]
             pi, t = np.nonzero(sub >= tr[ii][:, None])
             out.append((ii[pi], bb[pi] * bs + t, sub[pi, t]))
-        if tc is not None:
-            jj, aa = np.nonzero(cm[:wc, :nbh] >= tc[:wc, None])
-            if jj.size:
-                sub = core.reshape(nbh, bs, wc)[aa, :, jj]
-                below = tr[aa[:, None] * bs + np.arange(bs)]
-                pi, t = np.nonzero((sub >= tc[jj][:, None]) & (sub < below))
-                out.append((aa[pi] * bs + t, jj[pi], sub[pi, t]))
+        if jj.size:  # (none without tc)
+            sub = core.reshape(nbh, bs, wc)[aa, :, jj]
+            below = tr[aa[:, None] * bs + np.arange(bs)]
+            pi, t = np.nonzero((sub >= tc[jj][:, None]) & (sub < below))
+            out.append((aa[pi] * bs + t, jj[pi], sub[pi, t]))
     for i0, j0, j1 in ((0, wc, w), (hc, 0, wc)):  # columns past the full blocks; rows past them
         if i0 < h and j0 < j1:
             part = s[i0:, j0:j1]
             mask = part >= tr[i0:, None]
             if tc is not None:
                 mask |= part >= tc[None, j0:j1]
-            ii, jj = np.nonzero(mask)
+            flat = np.flatnonzero(mask)  # (faster than a 2-D nonzero)
+            ii, jj = np.divmod(flat, j1 - j0)
             out.append((i0 + ii, j0 + jj, part[ii, jj]))
     if not out:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)

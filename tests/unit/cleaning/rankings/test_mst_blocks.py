@@ -117,6 +117,7 @@ def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, work
     monkeypatch.setattr(_mst, "_BLOCK", bs)
     monkeypatch.setattr(_mst, "_RESCAN_DENSE", np.inf)  # the block path even where it prunes little
     monkeypatch.setattr(_mst, "_TASK_MACS", 0)  # and for few rows
+    monkeypatch.setattr(_mst, "_STRIP_DENSE", np.inf)  # block-pruned k-NN strips
     monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     x0 = DATA[kind](420, 8, 11)
     i, j, d, _ = _mst.exact_mst(unit32(x0))
@@ -129,7 +130,9 @@ def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, work
 
 @pytest.mark.parametrize("bs", [4, 8])
 @pytest.mark.parametrize("cols", [True, False])
-def test_strip_entries_equals_the_full_mask(bs, cols):
+@pytest.mark.parametrize("dense", [np.inf, 0.0])  # the block-pruned search always / never
+def test_strip_entries_equals_the_full_mask(monkeypatch, bs, cols, dense):
+    monkeypatch.setattr(_mst, "_STRIP_DENSE", dense)
     rng = np.random.default_rng(bs)
     h, w = 26, 45  # past the last full block in both directions
     s = rng.choice(np.linspace(-1, 1, 9), (h, w)).astype(np.float32)  # many exact ties with the thresholds
