@@ -7,59 +7,78 @@ offers an exact, GEMM-blocked MST.
 
 Borůvka with certified neighbour lists:
 
-1. One exact k-NN pass (k = 8; ``_first_lists``: upper-triangle float32 GEMM tiles, each inner
-   product screened for both of its points) gives every point its top-k neighbours; the k entries
+0. Block order (``_Blocks``, float32 path): every point goes to its most similar of ~N/64 pivots (evenly
+   spaced rows, themselves grouped by ~sqrt of them), the points are sorted by pivot, and cut into blocks
+   of 64 consecutive points, so that near points share few blocks.
+1. One exact k-NN pass (k = 8; ``_first_lists``: upper-triangle float32 GEMM tiles in block order, each
+   inner product screened for both of its points) gives every point its top-k neighbours; the k entries
    are re-evaluated in float64 and every other point is known to be at distance >= ``lb`` (the
    (k+1)-th float32 value widened by the rigorous rounding margin). Rows whose first entry cannot
-   be certified that way (float32 near-ties) are settled exactly.
+   be certified that way (float32 near-ties) are settled exactly. The same tiles give every point its
+   largest float32 similarity to each block (N × N/64 float32, at most 64 MiB: coarser blocks past
+   N ≈ 32,000), and entries are searched only in the blocks whose maximum reaches a threshold.
 2. Each round, a point's nearest neighbour *outside its component* is certified when the first
    list entry outside the component is closer than ``lb`` (components only grow, so the outside set
    only shrinks and an old list stays a valid lower bound). Each component takes its best certified
    edge, but only after every uncertified member whose lower bound could still beat (or tie) it has
    been rescanned exactly (``_rescan_exact``: float32 GEMM against the points outside its
    component, near-ties of the row maximum re-evaluated in float64; the result is a one-entry list
-   whose distance becomes the new lower bound once that neighbour is absorbed). A component
+   whose distance becomes the new lower bound once that neighbour is absorbed). On the float32 path
+   (``_rescan_blocks``) a rescan reads only the blocks whose first-pass maximum comes within the
+   margin of the best maximum of a block wholly outside the row's component (a point attains it), about
+   10 blocks of 64 instead of all N points on clustered data; same result, same ties. A component
    holding more than half of the points is skipped while it would need rescans: any component's
    lightest outgoing edge is an MST edge (cut property), so correctness only needs progress, which
    the others supply.
 3. Edges are compared by the key (d, min(i, j), max(i, j)), a strict total order, so Borůvka never
    forms a cycle and ties are resolved deterministically.
 
-The GEMM tiles of steps 1 and 2 run on a few threads, each with a single-threaded BLAS and one
-512×4096 float32 buffer (``_kernels.ordered_map``); the MST does not depend on their number.
+The GEMM tiles of step 1 and the ``_rescan_exact`` rescans run on a few threads, each with a
+single-threaded BLAS and one 512×4096 float32 buffer (``_kernels.ordered_map``); the block rescans are
+small GEMMs on the calling thread (threads only contend for the GIL there). The MST does not depend on
+the number of threads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ._kernels import exact_dists, floor32, ordered_map, screen_margin
+from ._kernels import BLOCK_ELEMS, exact_dists, floor32, ordered_map, screen_margin
 from ._lowp import Int8Rows, int8_products_fast, single_thread_torch
 
 _TILE = 4096  # tile side (points) of the k-NN pass; columns per GEMM block in the rescans
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan task): 8 MiB float32
-_GROUPS = 16  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
+_GROUPS = 64  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
 _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-6)
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
 _SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
+_BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
+_RESCAN_DENSE = 0.5  # block rescans reading more than this share of all row×point products use ``_rescan_exact``
+_STRIP_DENSE = 0.25  # k-NN strips whose blocks reaching a threshold cover more than this share: plain comparison
+_TASK_MACS = 1 << 23  # a block-rescan task's fixed cost in float32 multiply-adds (~0.3 ms of GEMM)
+_BLOCK_MEM = 1 << 24  # at most this many float32 block maxima (64 MiB)
 
 
 def _group_bound(s: np.ndarray, kk: int) -> np.ndarray:
     """Per row of ``s``: the kk-th largest of its max(``_GROUPS``, 2 kk) column-group maxima (one pass).
 
     At least kk distinct entries of the row reach it, so it bounds the row's kk-th largest value
-    from below (-inf when there are fewer than kk groups or kk finite group maxima).
+    from below (-inf when there are fewer than kk groups or kk finite group maxima). The groups are
+    strided (column j in group j mod g, the last w mod g·(w // g) columns apart), so that a run of near
+    points (``_Blocks`` order) spreads over all of them and the bound stays tight.
     """
     h, w = s.shape
     gs = -(-w // max(_GROUPS, 2 * kk))
     g = w // gs
     gm = np.empty((h, g + (g * gs < w)), np.float32)
-    np.max(s[:, : g * gs].reshape(h, g, gs), axis=2, out=gm[:, :g])
+    np.max(s[:, : g * gs].reshape(h, gs, g), axis=1, out=gm[:, :g])
     if g * gs < w:
         np.max(s[:, g * gs :], axis=1, out=gm[:, g])
     if gm.shape[1] < kk:
@@ -74,26 +93,163 @@ def _point_desc_key(p: np.ndarray, s: np.ndarray) -> np.ndarray:
     return (p.astype(np.int64) << 32) | (np.uint32(0xFFFFFFFF) - u).astype(np.int64)
 
 
+def _strip_entries(
+    s: np.ndarray,
+    tr: np.ndarray,
+    tc: np.ndarray | None,
+    bs: int = 0,
+    rm: np.ndarray | None = None,
+    cm: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entries (i, j, s[i, j]) of a strip with s >= tr[i] or (``tc`` given) s >= tc[j], ordered by piece.
+
+    With ``rm`` (per row, the maximum of each ``bs``-column block, blocks starting at column 0) and ``cm``
+    (per column, the maximum of each ``bs``-row block, transposed) the full blocks are read only where a
+    block maximum reaches the threshold (a block whose maximum is below it holds no entry); the column
+    pass keeps only entries below the row threshold, so no entry is reported twice. Without them, or
+    for the rows and columns past the last full block, every entry is compared.
+    """
+    h, w = s.shape
+    hc = h // bs * bs if rm is not None else 0
+    wc = w // bs * bs if rm is not None else 0
+    out = []
+    if hc and wc:
+        nbh, nbw = hc // bs, wc // bs
+        ii, bb = np.nonzero(rm[:hc, :nbw] >= tr[:hc, None])
+        jj, aa = np.nonzero(cm[:wc, :nbh] >= tc[:wc, None]) if tc is not None else (ii[:0], ii[:0])
+        if (ii.size + jj.size) * bs > _STRIP_DENSE * hc * wc:  # the plain comparison is cheaper (unclustered data)
+            hc = wc = 0
+    if hc and wc:
+        core = s[:hc, :wc]
+        if ii.size:
+            sub = core.reshape(hc, nbw, bs)[ii, bb]
+            pi, t = np.nonzero(sub >= tr[ii][:, None])
+            out.append((ii[pi], bb[pi] * bs + t, sub[pi, t]))
+        if jj.size:  # (none without tc)
+            sub = core.reshape(nbh, bs, wc)[aa, :, jj]
+            below = tr[aa[:, None] * bs + np.arange(bs)]
+            pi, t = np.nonzero((sub >= tc[jj][:, None]) & (sub < below))
+            out.append((aa[pi] * bs + t, jj[pi], sub[pi, t]))
+    for i0, j0, j1 in ((0, wc, w), (hc, 0, wc)):  # columns past the full blocks; rows past them
+        if i0 < h and j0 < j1:
+            part = s[i0:, j0:j1]
+            mask = part >= tr[i0:, None]
+            if tc is not None:
+                mask |= part >= tc[None, j0:j1]
+            flat = np.flatnonzero(mask)  # (faster than a 2-D nonzero)
+            ii, jj = np.divmod(flat, j1 - j0)
+            out.append((i0 + ii, j0 + jj, part[ii, jj]))
+    if not out:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    return tuple(np.concatenate(v) for v in zip(*out, strict=True))
+
+
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """Single-threaded BLAS while open (small GEMMs lose much to a multi-threaded BLAS' synchronisation)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    with threadpool_limits(1, user_api="blas"):
+        yield
+
+
+def _nearest_pivot(x: np.ndarray, piv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``x``: the index of its most similar row of ``piv`` (float32 GEMM, first on ties), and that value."""
+    n = x.shape[0]
+    g = np.empty(n, np.int64)
+    v = np.empty(n, np.float32)
+    step = max(1, BLOCK_ELEMS // (4 * max(piv.shape[0], x.shape[1])))
+    for a in range(0, n, step):
+        s = x[a : a + step] @ piv.T
+        g[a : a + step] = np.argmax(s, axis=1)
+        v[a : a + step] = s[np.arange(s.shape[0]), g[a : a + step]]
+    return g, v
+
+
+class _Blocks:
+    """Points ordered so that near points share fixed-size blocks, and each point's largest float32 similarity
+    to every block (filled by the first pass, ``_first_lists``), for the block-pruned rescans (``_rescan_blocks``).
+
+    Order: every point goes to its most similar of ``nb`` pivots (evenly spaced rows; no randomness), points
+    sorted by (pivot, similarity descending); block b = sorted positions [b·B, (b+1)·B). ``m[p, b]`` = the
+    largest float32 GEMM value s32(p, q) over the points q of block b other than p itself (-inf: none), so
+    every such q has exact s(p, q) <= m[p, b] + eps (``_kernels.sim_error_bound``). Memory N·nb float32
+    (``_BLOCK_MEM`` caps it: B doubles until it fits).
+    """
+
+    def __init__(self, x: np.ndarray) -> None:
+        n = x.shape[0]
+        b = _BLOCK
+        while n * -(-n // b) > _BLOCK_MEM:
+            b *= 2
+        self.size = b
+        self.nb = -(-n // b)
+        piv = x[np.linspace(0, n - 1, self.nb).astype(np.int64)]
+        g, v = _nearest_pivot(x, piv)
+        # pivots grouped the same way by ~sqrt(nb) of them, so the runs of near pivots are adjacent
+        top = piv[np.linspace(0, self.nb - 1, max(1, int(np.sqrt(self.nb)))).astype(np.int64)]
+        gp, vp = _nearest_pivot(piv, top)
+        rank = np.empty(self.nb, np.int64)
+        rank[np.lexsort((np.arange(self.nb), -vp, gp))] = np.arange(self.nb)
+        self.perm = np.lexsort((np.arange(n), -v, rank[g]))  # sorted position -> point
+        self.pos = np.empty(n, np.int64)  # point -> sorted position
+        self.pos[self.perm] = np.arange(n)
+        self.xs = x[self.perm]
+        self.m = np.full((n, self.nb), -np.inf, np.float32)  # by sorted position
+
+    def row_max(self, c0: int, s: np.ndarray) -> tuple[int, np.ndarray]:
+        """(first block, per-row maxima of ``s`` over each block's columns); ``s``'s columns start at position c0."""
+        b = self.size
+        cut = np.arange((c0 // b + 1) * b, c0 + s.shape[1], b) - c0
+        return c0 // b, np.maximum.reduceat(s, np.r_[0, cut], axis=1)
+
+    def col_max(self, r0: int, s: np.ndarray) -> tuple[int, np.ndarray]:
+        """(first block, per-column maxima of ``s`` over each block's rows, transposed); rows start at r0."""
+        b = self.size
+        edges = np.r_[0, np.arange((r0 // b + 1) * b, r0 + s.shape[0], b) - r0, s.shape[0]]
+        return r0 // b, np.stack([s[u:v].max(axis=0) for u, v in itertools.pairwise(edges)], axis=1)
+
+    def fold(self, p0: int, b0: int, red: np.ndarray) -> None:
+        """m[p0 + i, b0 + j] = max(m[..], red[i, j]) (on the calling thread only: the fold is not atomic)."""
+        blk = self.m[p0 : p0 + red.shape[0], b0 : b0 + red.shape[1]]
+        np.maximum(blk, red, out=blk)
+
+
 def _first_lists(
-    x: np.ndarray, k: int, eps2: float, lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    x: np.ndarray,
+    k: int,
+    eps2: float,
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     lp: Int8Rows | None = None,
+    blocks: _Blocks | None = None,
 ) -> None:
     """Round-1 lists: the k nearest points of every point, and lb from the (k+1)-th.
 
     Hand-written, not faiss: faiss' k-NN search computes the full N² product and its heaps take
     about as long again; here each off-diagonal tile gives its inner products to both of their
     points (half the GEMM), on single-threaded-BLAS worker threads. Per point the k+1 largest
-    float32 similarities s32 (ties by index) are kept. Phase 1, the diagonal tiles as full squares
-    (rows only, self masked): a strip (``_TILE // 8`` rows) yields the entries reaching
-    ``_group_bound``; phase 2, the off-diagonal tiles: entries reaching the (k+1)-th value of
+    float32 similarities s32 (ties by index) are kept. Phase 1, the diagonal squares (a quarter
+    tile side) as full squares (rows only, self masked): a strip (``_TILE // 8`` rows) yields the
+    entries reaching ``_group_bound``; phase 2, the rest of the upper triangle (the off-diagonal
+    squares of each diagonal tile, then the off-diagonal tiles): entries reaching the (k+1)-th value of
     the merged list of their row or their column point. Both thresholds bound the final
     (k+1)-th value from below, so the kept lists are the exact top-(k+1) under (-s32, j) whatever
     the thread timing. The first k are re-evaluated in float64 (sorted by (d, j)); every other
     point has s32 <= v_(k+1), hence d >= lb = (1 - v_(k+1) - eps2) / 2. Rows whose first entry is
     not below lb (float32 near-ties) are settled by ``_rescan_exact``.
+
+    With ``blocks`` the tiles run over the points in ``blocks.perm`` order and every strip also folds its
+    block maxima into ``blocks.m`` (row maxima per column block; off the diagonal also column maxima per row
+    block), so the lists and lb are the same, and the rescans can prune blocks (``_rescan_blocks``). In that
+    order near points are adjacent, so the diagonal squares already give tight thresholds, and the strips
+    read only the blocks whose maximum reaches one (``_strip_entries``).
     """
     nbr, nd, lb, exact0 = lists
     n = x.shape[0]
+    xw = x if blocks is None else blocks.xs  # the tiles' point order
     k1 = k + 1
     tile = min(_TILE, n)
     h = max(1, tile // _STRIPS_PER_TILE)
@@ -102,33 +258,42 @@ def _first_lists(
     thr = np.full(n, -np.inf, np.float32)  # = topv[:, k]: smaller entries cannot enter a list
     local = threading.local()
 
-    def tile_candidates(ab: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Pairs (p, q, s32) of tile (a, b) that may enter p's (or, off the diagonal, q's) list."""
-        a, b = ab
-        a1, b1 = min(a + tile, n), min(b + tile, n)
+    def tile_candidates(task: tuple[int, int, int, int, bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        """Pairs (p, q, s32) of tile rows ra..ra1 × columns b..b1 that may enter p's (or, off the diagonal,
+        q's) list, and the block maxima (p0, b0, values) to fold into ``blocks.m`` (positions in ``xw`` order)."""
+        ra, ra1, b, b1, on_diag = task
+        folds: list = []
         if not hasattr(local, "buf"):
             local.buf = np.empty(h * tile, np.float32)
         out_p, out_q, out_s = [], [], []
-        for r0 in range(a, a1, h):
-            r1 = min(r0 + h, a1)
+        for r0 in range(ra, ra1, h):
+            r1 = min(r0 + h, ra1)
             s = local.buf[: (r1 - r0) * (b1 - b)].reshape(r1 - r0, b1 - b)
-            np.matmul(x[r0:r1], x[b:b1].T, out=s)
+            np.matmul(xw[r0:r1], xw[b:b1].T, out=s)
             tr = np.maximum(thr[r0:r1], _FLOOR)  # the floor excludes masked (-inf) entries
-            if a == b:
+            if on_diag:
                 s.ravel()[r0 - b :: b1 - b + 1][: r1 - r0] = -np.inf  # the point itself
+            rm = cm = None
+            if blocks is not None:
+                b0, rm = blocks.row_max(b, s)
+                folds.append((r0, b0, rm))
+                if not on_diag:
+                    b0, cm = blocks.col_max(r0, s)
+                    folds.append((b, b0, cm))
+            if on_diag:
                 np.maximum(tr, _group_bound(s, k1), out=tr)
-                mask = s >= tr[:, None]
+                tc = None
             else:
-                mask = s >= tr[:, None]
-                mask |= s >= np.maximum(thr[b:b1], _FLOOR)[None, :]
-            flat = np.flatnonzero(mask)
-            if flat.size:
-                out_p.append(r0 + flat // (b1 - b))
-                out_q.append(b + flat % (b1 - b))
-                out_s.append(s.ravel()[flat])
+                tc = np.maximum(thr[b:b1], _FLOOR)
+            aligned = blocks is not None and r0 % blocks.size == 0 and b % blocks.size == 0
+            ii, jj, vv = _strip_entries(s, tr, tc, *((blocks.size, rm, cm) if aligned else ()))
+            if ii.size:
+                out_p.append(r0 + ii)
+                out_q.append(b + jj)
+                out_s.append(vv)
         if not out_p:
-            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
-        return np.concatenate(out_p), np.concatenate(out_q), np.concatenate(out_s)
+            return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), folds
+        return np.concatenate(out_p), np.concatenate(out_q), np.concatenate(out_s), folds
 
     touched = np.zeros(n, bool)
 
@@ -159,13 +324,27 @@ def _first_lists(
         thr[u] = topv[u, k]
 
     with ordered_map(n > tile) as pmap:
-        # the diagonal tiles first: every point then has a threshold from its own tile
-        for p, q, sv in pmap(tile_candidates, [(a, a) for a in range(0, n, tile)]):
+        # the diagonal squares first (a quarter tile: fewer products computed twice, and more tasks to share):
+        # every point then has a threshold from its own square; then the rest of the upper triangle
+        sub = max(h, tile // 4 // h * h)
+        diag, off = [], []
+        for a in range(0, n, tile):
+            a1 = min(a + tile, n)
+            for u in range(a, a1, sub):
+                diag.append((u, min(u + sub, a1), u, min(u + sub, a1), True))
+                off += [(u, min(u + sub, a1), v, min(v + sub, a1), False) for v in range(u + sub, a1, sub)]
+            off += [(a, a1, b, min(b + tile, n), False) for b in range(a + tile, n, tile)]
+        for p, q, sv, folds in pmap(tile_candidates, diag):
             merge(p, q, sv)
-        off = ((a, b) for a in range(0, n, tile) for b in range(a + tile, n, tile))
-        for p, q, sv in pmap(tile_candidates, off):
+            for f in folds:
+                blocks.fold(*f)
+        for p, q, sv, folds in pmap(tile_candidates, off):
             merge(np.concatenate([p, q]), np.concatenate([q, p]), np.concatenate([sv, sv]))
+            for f in folds:
+                blocks.fold(*f)
 
+    if blocks is not None:  # back to point indices
+        topv, topj = topv[blocks.pos], np.where(topj >= 0, blocks.perm[np.maximum(topj, 0)], -1)[blocks.pos]
     jj = topj[:, :k]
     d = exact_dists(x, np.repeat(np.arange(n), k), jj.ravel()).reshape(n, k)
     o = np.lexsort((jj, d), axis=1)
@@ -176,7 +355,10 @@ def _first_lists(
     exact0[:] = False
     bad = np.flatnonzero(~(nd[:, 0] < lb))
     if bad.size:  # float32 near-ties at the list boundary: settle those rows exactly
-        _rescan_exact(x, bad, np.arange(n), eps2, lists, lp)
+        if blocks is not None:
+            _rescan_blocks(x, bad, np.arange(n), eps2, lists, blocks)
+        else:
+            _rescan_exact(x, bad, np.arange(n), eps2, lists, lp)
 
 
 def _rescan_exact(
@@ -285,6 +467,92 @@ def _rescan_exact(
             exact0[rb] = True
 
 
+def _rescan_blocks(
+    x: np.ndarray,
+    rows: np.ndarray,
+    comp: np.ndarray,
+    eps2: float,
+    lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    blocks: _Blocks,
+) -> None:
+    """``_rescan_exact`` (same lists, same ties) with the GEMMs limited to the blocks that can hold the answer.
+
+    A row's blocks are "mixed" when they hold a point of its own component (scanned, own points masked) or
+    "pure" (every point outside). The largest first-pass block maximum m0 of a pure block is attained by an
+    outside point q0, so every pure block b with m[r, b] < m0 - eps2 is skipped: its points q have
+    s(r, q) <= m[r, b] + eps < s(r, q0) - eps - 2 delta + ... <= s(r, q0) - delta, i.e. d(r, q) > d(r, q0)
+    (eps2 = 2 eps + 2 delta + 1e-12, ``_kernels.screen_margin``). Every other block is one small GEMM of its
+    rows; per row the columns with s32 >= max s32 - eps2 (the final near-ties; a superset is recorded
+    per block, and m0 - 2 eps2 <= max s32 - eps2 because q0's rescan value is >= m0 - 2 eps) are
+    re-evaluated in float64 and the smallest (d, j) wins, as in ``_rescan_exact``.
+    """
+    nbr, nd, lb, exact0 = lists
+    n = x.shape[0]
+    bs, nb = blocks.size, blocks.nb
+    cs = comp[blocks.perm]  # component by sorted position
+    key = np.unique(cs.astype(np.int64) * nb + np.arange(n) // bs)  # (component, block) pairs present
+    kc, kb = key // nb, key % nb
+    cr = comp[rows]
+    lo = np.searchsorted(kc, cr, side="left")
+    cnt = np.searchsorted(kc, cr, side="right") - lo
+    mixed = np.zeros((rows.size, nb), bool)
+    at = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt)  # the pairs of each row's component
+    mixed[np.repeat(np.arange(rows.size), cnt), kb[at]] = True
+    mr = blocks.m[blocks.pos[rows]]
+    m0 = np.max(mr, axis=1, where=~mixed, initial=-np.inf).astype(np.float64)  # -inf: every block is mixed
+    del mixed
+    # a mixed block's maximum bounds its outside points too: it is skipped by the same rule
+    bi, ri = np.nonzero((mr >= floor32(m0 - eps2)[:, None]).T)  # (block, row) pairs by block
+    del mr
+    edges = np.searchsorted(bi, np.arange(nb + 1))
+    n_tasks = int(np.count_nonzero(np.diff(edges)))
+    # little pruned (near-equidistant points), or so few rows that the per-block calls cost more than all
+    # products: the full-tile rescan (parallel, same result)
+    if bi.size * bs > _RESCAN_DENSE * rows.size * n or rows.size * n * x.shape[1] <= n_tasks * _TASK_MACS:
+        _rescan_exact(x, rows, comp, eps2, lists)
+        return
+    tasks = [(b, ri[edges[b] : edges[b + 1]]) for b in range(nb) if edges[b + 1] > edges[b]]
+    floor0 = m0 - 2.0 * eps2  # <= the final near-tie threshold of each row
+
+    def scan(task: tuple[int, np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Block ``b`` against its rows: (row slots, their maxima, recorded slots, points, s32)."""
+        b, slot = task
+        c0, c1 = b * bs, min(b * bs + bs, n)
+        r_ = rows[slot]
+        s = x[r_] @ blocks.xs[c0:c1].T
+        s[comp[r_][:, None] == cs[None, c0:c1]] = -np.inf
+        rm = s.max(axis=1)
+        t = floor32(np.maximum(rm.astype(np.float64) - eps2, floor0[slot]))
+        i, j = np.nonzero((s >= t[:, None]) & (s > -np.inf))
+        return slot, rm, slot[i], blocks.perm[c0 + j], s[i, j]
+
+    m = np.full(rows.size, -np.inf, np.float32)
+    rec_r, rec_c, rec_s = [], [], []
+    with _one_blas_thread():
+        for slot, rm, rr, cc, sv in map(scan, tasks):
+            m[slot] = np.maximum(m[slot], rm)
+            rec_r.append(rr)
+            rec_c.append(cc)
+            rec_s.append(sv)
+    rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
+    keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
+    rr, cc = rr[keep], cc[keep]
+    dd = exact_dists(x, rows[rr], cc)
+    oo = np.lexsort((cc, dd, rr))
+    first = np.ones(oo.size, bool)
+    first[1:] = rr[oo][1:] != rr[oo][:-1]
+    sel = oo[first]
+    if sel.size != rows.size:  # pragma: no cover - every row has an outside point in a scanned block
+        raise RuntimeError("block rescan lost a row")
+    rb, cb, db = rows[rr[sel]], cc[sel], dd[sel]
+    nbr[rb, 0] = cb
+    nd[rb, 0] = db
+    nbr[rb, 1:] = rb[:, None]  # own index: never outside = empty slot
+    nd[rb, 1:] = np.inf
+    lb[rb] = db
+    exact0[rb] = True
+
+
 def _screen_rows(
     x: np.ndarray, rows: np.ndarray, comp: np.ndarray, n_comp: int, lp: Int8Rows, lb: np.ndarray
 ) -> np.ndarray:
@@ -373,7 +641,8 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
     # int8 units the float32 products of x are as fast and their margin is tighter (and the outside-maxima
     # screening would cost a full GEMM of its own)
     lp = Int8Rows(x) if int8_products_fast() else None
-    _first_lists(x, k, eps2, lists, lp)
+    blocks = _Blocks(x) if lp is None else None
+    _first_lists(x, k, eps2, lists, lp, blocks)
 
     ei: list[np.ndarray] = []
     ej: list[np.ndarray] = []
@@ -411,7 +680,10 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             stats["screened"].append(int(need.sum()))
         stats["rescanned"].append(int(rows.size))
         if rows.size:
-            _rescan_exact(x, rows, comp, eps2, lists, lp)
+            if blocks is not None:
+                _rescan_blocks(x, rows, comp, eps2, lists, blocks)
+            else:
+                _rescan_exact(x, rows, comp, eps2, lists, lp)
             cand_j[rows] = nbr[rows, 0]
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True
