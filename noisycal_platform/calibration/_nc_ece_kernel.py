@@ -12,6 +12,11 @@ annotator loop is unrolled) and cached on disk (``cache=True``: later processes 
 compiling it). ``nogil=True``: the caller runs its fixed item ranges on its own threads (no numba threading layer:
 nothing to configure, fork-safe, and safe to call from several threads at once). No ``fastmath``: the bin
 truncation, the range test and the NaN test must be IEEE-exact.
+
+Cost of the first call in a process (2-core AVX2 AMD EPYC, 2026-12-07, loaded box): importing numba about 0.25 s
+of CPU and loading the cached code (numba's target set-up, mostly) about 0.3-0.5 s, 0.55-0.75 s in all against
+0.002 s for the numpy kernel it replaced; without a cache the compile takes about 0.9 s of CPU. Paid once per
+process: once per run with the in-process executor, once per step with the multiprocess one.
 """
 
 from __future__ import annotations
