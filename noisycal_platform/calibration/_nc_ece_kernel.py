@@ -13,10 +13,10 @@ compiling it). ``nogil=True``: the caller runs its fixed item ranges on its own 
 nothing to configure, fork-safe, and safe to call from several threads at once). No ``fastmath``: the bin
 truncation, the range test and the NaN test must be IEEE-exact.
 
-Cost of the first call in a process (2-core AVX2 AMD EPYC, 2026-12-07, loaded box): importing numba about 0.25 s
-of CPU and loading the cached code (numba's target set-up, mostly) about 0.3-0.5 s, 0.55-0.75 s in all against
-0.002 s for the numpy kernel it replaced; without a cache the compile takes about 0.9 s of CPU. Paid once per
-process: once per run with the in-process executor, once per step with the multiprocess one.
+Cost of the first call in a process (2-core AVX2 AMD EPYC, 2026-12-07, load 0.4-4): importing numba 0.2-0.3 s of
+CPU and loading the cached code (numba's target set-up, mostly) 0.3-0.5 s, 0.45-0.8 s in all against 0.002 s for
+the numpy kernel it replaced; without a cache the compile takes about 0.9 s of CPU. Paid once per process: once
+per run with the in-process executor, once per step with the multiprocess one.
 """
 
 from __future__ import annotations
