@@ -12,10 +12,10 @@ items and bins k:
     NC-ECE = Σ_k (n_k/N)·|residual_k| = Σ_k |Σ_{i∈k}(Ỹ_i − s_i)| / N                  (Hanada and Futami 2026 §3)
 Identity channels (a = b = 0) give the ordinary binned ECE.
 
-Implementation: Ỹ_i depends only on the item's answer pattern, so the kernel counts items and sums scores
-per (bin, pattern) cell with one complex ``np.add.at`` (real Σ s·B, imaginary the count) over cache-sized
-chunks (no (n, K) float64 temporaries), then combines the ≤ B·3^K cells with the per-pattern corrected labels
-(Hanada and Futami 2026 §F.3: O(nK + M)).
+Implementation: Ỹ_i depends only on the item's answer pattern, so a compiled one-pass kernel (numba,
+`_nc_ece_kernel`) validates every score and annotation, counts items and sums scores per (bin, pattern) cell
+(no per-item temporaries), then the ≤ B·3^K cells are combined with the per-pattern corrected labels (Hanada
+and Futami 2026 §F.3: O(nK + M)).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = [
     "plugin_prevalence",
 ]
 
-_CHUNK = 1 << 16
+_CHUNK = 1 << 16  # the item ranges are cut on multiples of this
 _PARTS = 2  # fixed item ranges of the kernel (threads: at most this many)
 _PARALLEL_MIN = 1 << 20  # items from which the ranges run on threads
 _MAX_CELLS = 1 << 21
@@ -136,133 +136,67 @@ def plugin_prevalence(annotations: Any, channels: Any) -> float:
     return float(np.clip(y.mean(), PREVALENCE_CLIP, 1 - PREVALENCE_CLIP))
 
 
-def _digits(x: np.ndarray, out: np.ndarray) -> None:
-    """Write the digit A + 1 of every annotation of the (m, K) block ``x`` into the uint8 ``out`` (row-major:
-    0 = missing, 1 = label 0, 2 = label 1), raising on any other annotation value."""
-    if np.issubdtype(x.dtype, np.floating):
-        cf = np.nan_to_num(x.reshape(-1), nan=-1.0)
-        if np.count_nonzero(cf * (cf - 1.0) * (cf + 1.0)):  # 0 only for -1 (missing), 0 and 1
-            bad = x[~(np.isnan(x) | (x == 0) | (x == 1))].ravel()[0]
-            raise ValueError(f"annotations must contain only 0, 1 or NaN (missing), got {bad!r}")
-        cf += 1.0
-        np.copyto(out, cf, casting="unsafe")
-        return
-    if x.dtype != np.int8 and x.size and (x.min() < -1 or x.max() > 1):
-        bad = x[(x < -1) | (x > 1)].ravel()[0]
-        raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
-    # int8: A + 1 wraps modulo 256, so it lies in {0, 1, 2} exactly when A is -1, 0 or 1
-    np.add(x.reshape(-1), 1, out=out.view(np.int8), casting="unsafe")
-    if x.dtype == np.int8 and out.max() > 2:
-        bad = x[(x < -1) | (x > 1)].ravel()[0]
-        raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
+def _raise_bad_item(s: np.ndarray, a: np.ndarray, i: int) -> None:
+    """Name the bad input of item ``i`` (one the kernel stopped at): its score, else its first bad annotation."""
+    _check_scores(s[i : i + 1])
+    row = a[i : i + 1]
+    if np.issubdtype(a.dtype, np.floating):
+        bad = row[~(np.isnan(row) | (row == 0) | (row == 1))].ravel()[0]
+        raise ValueError(f"annotations must contain only 0, 1 or NaN (missing), got {bad!r}")
+    bad = row[(row < -1) | (row > 1)].ravel()[0]
+    raise ValueError(f"annotations (integer) must contain only 0, 1 or -1 (missing), got {bad!r}")
 
 
-_WORD_SHIFT = 24  # K <= 4: the pattern lands in the top byte of a 32-bit product (see `_patterns`)
-
-
-def _patterns(digits: np.ndarray, k: int, m: int, out: np.ndarray) -> None:
-    """Pattern Σ_j d_j·3^j of each of the m rows of K digits (row-major uint8 ``digits`` with at least 4 bytes
-    of slack after the m·K used) into the uint32 ``out``.
-
-    K <= 4: each row is read as one little-endian 32-bit word w = Σ_j d_j·2^(8j) (+ the next bytes, at 2^(8K)
-    and above) and multiplied by M = Σ_j 3^j·2^(24 − 8j) modulo 2^32. The term d_j·3^l lands at bit
-    24 + 8(j − l): for j = l it is the wanted Σ_j d_j·3^j at bit 24 (at most 80 < 2^8); for j > l (and every
-    byte beyond the row) at bit 32 or above, dropped by the modulus; for j < l below bit 24, adding up to at
-    most 2·(3 + 9 + 27)·2^16 + ... < 2^23, so nothing carries into the top byte. One strided multiply and one
-    shift. K > 4: contiguous shifted adds over the flat digits, then one strided pick.
-    """
-    if k <= 4:
-        mult = np.uint32(sum(3**j << (_WORD_SHIFT - 8 * j) for j in range(k)))
-        words = np.ndarray((m,), dtype=np.uint32, buffer=digits, strides=(k,))
-        np.multiply(words, mult, out=out)
-        np.right_shift(out, np.uint32(_WORD_SHIFT), out=out)
-        return
-    mm = m * k - k + 1
-    g = digits[:mm].astype(np.int32)
-    for j in range(1, k):  # loop over annotators
-        g += digits[j : j + mm] * np.int32(3**j)
-    np.copyto(out, g[::k], casting="unsafe")
-
-
-def _chunk_cells(s: np.ndarray, a: np.ndarray, n_bins: int, lo: int, hi: int, cells: np.ndarray) -> None:
-    """Fold items lo..hi into ``cells`` (complex, flat (B + 1)·3^K: real Σ s·B, imaginary the item count),
-    ``_CHUNK`` items at a time.
-
-    Per chunk: the scores checked in [0, 1] (min and max; NaN fails both), x = s·B in float64, the bin
-    trunc(x) cast to int32 and scaled by 3^K (x = B, i.e. s = 1, is row B), the annotation digits A + 1
-    (validated on the way) and their pattern (`_patterns`) added, the code widened to intp, then one
-    unbuffered ``np.add.at`` of x + 1j into the cells: one scatter for both sums (counts stay exact: float64
-    holds integers to 2^53).
-    """
-    k = a.shape[1]
-    n_pat = 3**k
-    m = min(_CHUNK, hi - lo)
-    x = np.empty(m, np.float64)
-    code32 = np.empty(m, np.int32)
-    code = np.empty(m, np.intp)
-    pat = np.empty(m, np.uint32)
-    digits = np.zeros(m * k + 4, np.uint8)  # 4 bytes of slack for the last row's 32-bit read
-    vals = np.empty(m, np.complex128)
-    pairs = vals.view(np.float64)
-    pairs[1::2] = 1.0  # imaginary parts: one per item
-    for c0 in range(lo, hi, _CHUNK):  # loop over cache-sized chunks, not items
-        c1 = min(c0 + _CHUNK, hi)
-        n_c = c1 - c0
-        sc = s[c0:c1]
-        if not (sc.min() >= 0.0 and sc.max() <= 1.0):  # NaN fails both
-            _raise_bad_score(sc)
-        xc = x[:n_c]
-        np.multiply(sc, float(n_bins), out=xc)
-        c32 = code32[:n_c]
-        np.copyto(c32, xc, casting="unsafe")  # truncation = floor for x >= 0; x = B (s = 1) is row B
-        c32 *= np.int32(n_pat)
-        _digits(a[c0:c1], digits[: n_c * k])
-        p = pat[:n_c]
-        _patterns(digits, k, n_c, p)
-        np.add(c32, p.view(np.int32), out=c32)
-        cc = code[:n_c]
-        np.copyto(cc, c32)
-        np.copyto(pairs[0 : 2 * n_c : 2], xc)
-        np.add.at(cells, cc, vals[:n_c])
-
-
-def _run_parts(s: np.ndarray, a: np.ndarray, n_bins: int, jobs: list, workers: int) -> None:
-    """``_chunk_cells`` over the item ranges ``jobs``, on ``workers`` threads when more than one."""
-    if workers <= 1:
-        for job in jobs:
-            _chunk_cells(s, a, n_bins, *job)
-        return
-    with ThreadPoolExecutor(workers) as ex:
-        futures = [ex.submit(_chunk_cells, s, a, n_bins, *job) for job in jobs]
-        for fut in futures:  # in range order: the first bad range's error is the one raised
-            fut.result()
+def _kernel_inputs(s: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """C-contiguous float64 scores and C-contiguous native-order annotations (float32/float64 or an integer dtype
+    as given; other floats widened to float64): the layouts the compiled kernel is built for."""
+    s = np.ascontiguousarray(s, dtype=np.float64)
+    if np.issubdtype(a.dtype, np.floating) and a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float64)
+    elif not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return s, np.ascontiguousarray(a)
 
 
 def _cell_sums(s: np.ndarray, a: np.ndarray, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     """Item counts and score sums per (bin, pattern) cell; pattern = Σ_j d_j·3^j with digit d = label + 1
-    (0 = missing, 1 = label 0, 2 = label 1). Validates scores and annotation values chunk by chunk.
+    (0 = missing, 1 = label 0, 2 = label 1). Validates scores and annotation values in the same pass.
 
-    s = 1 lands in an extra bin row B (trunc(1·B) = B), folded into B − 1 afterwards, which saves the
-    per-item min. Large inputs are cut into ``_PARTS`` fixed item ranges, each summed into its own table
-    (on up to ``_PARTS`` threads: numpy releases the GIL in these loops) and added in range order, so the
-    result does not depend on the thread count. Returns two (B, 3^K) arrays: counts (int64) and Σ s
-    (float64, = Σ (s·B) / B).
+    One compiled pass (`_nc_ece_kernel.fold_cells`) into (Σ s·B, count) float64 pairs per cell. s = 1 lands in
+    an extra bin row B (trunc(1·B) = B), folded into B − 1 afterwards, which saves the per-item min. Large inputs
+    are cut into ``_PARTS`` fixed item ranges (on 2^16-item boundaries), each summed into its own table (on up
+    to ``_PARTS`` threads: the kernel releases the GIL) and the tables added in range order, so the result does
+    not depend on the thread count; the first bad item of the first range that has one is the one named.
+    Returns two (B, 3^K) arrays: counts (int64) and Σ s (float64, = Σ (s·B) / B).
     """
+    from ._nc_ece_kernel import fold_cells  # numba: imported on the first NC-ECE call, not with the package
+
+    s, a = _kernel_inputs(s, a)
     n, k = a.shape
     n_pat = 3**k
     n_cells = (n_bins + 1) * n_pat  # one extra bin row for s == 1 (trunc(s·B) = B), folded into B − 1 below
+    pow3 = tuple(3**j for j in range(k))
     parts = _PARTS if n >= _PARALLEL_MIN else 1
     cuts = [n * p // parts // _CHUNK * _CHUNK for p in range(parts)] + [n]
-    tables = [np.zeros(n_cells, np.complex128) for _ in range(parts)]
-    jobs = [(cuts[p], cuts[p + 1], tables[p]) for p in range(parts)]
+    tables = np.zeros((parts, n_cells, 2), np.float64)
+    jobs = [
+        (s[cuts[p] : cuts[p + 1]], a[cuts[p] : cuts[p + 1]], n_bins, pow3, tables[p].reshape(-1)) for p in range(parts)
+    ]
     workers = min(parts, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    _run_parts(s, a, n_bins, jobs, workers)
+    if workers <= 1:
+        stops = [fold_cells(*job) for job in jobs]
+    else:
+        with ThreadPoolExecutor(workers) as ex:
+            stops = list(ex.map(lambda job: fold_cells(*job), jobs))
+    for p, stop in enumerate(stops):  # in range order
+        if stop >= 0:
+            _raise_bad_item(s, a, cuts[p] + stop)
     cells = tables[0]
     for t in tables[1:]:
         cells += t
-    cells = cells.reshape(n_bins + 1, n_pat)
-    counts = cells.imag.astype(np.int64)  # exact: integers below 2^53
-    ssum = cells.real / n_bins
+    cells = cells.reshape(n_bins + 1, n_pat, 2)
+    counts = cells[..., 1].astype(np.int64)  # exact: integers below 2^53
+    ssum = cells[..., 0] / n_bins
     counts[n_bins - 1] += counts[n_bins]
     ssum[n_bins - 1] += ssum[n_bins]
     return counts[:n_bins], ssum[:n_bins]
@@ -335,7 +269,7 @@ def nc_ece(
     Parameters
     ----------
     scores : (n,) floats in [0, 1].
-    annotations : (n, K) float with NaN = missing, or int8/int with -1 = missing (fast path).
+    annotations : (n, K) float with NaN = missing, or int8/int with -1 = missing (int8 reads the fewest bytes).
     channels : K `Channel`s, (fpr, fnr) pairs or a `ChannelFit`; every gap must be > 0.
     weights : "iv", "equal", "gap", "sqgap" or an explicit length-K array (§4.4, §F.4).
     n_bins : B, equal-width bins with bin(s) = min(floor(s·B), B − 1).
@@ -367,9 +301,7 @@ def nc_ece(
             tot = n_pat_items[annotated].sum()
             if tot == 0:
                 raise ValueError("annotations has no labelled item among the scored items")
-            prevalence = float(
-                np.clip(n_pat_items[annotated] @ eq / tot, PREVALENCE_CLIP, 1 - PREVALENCE_CLIP)
-            )
+            prevalence = float(np.clip(n_pat_items[annotated] @ eq / tot, PREVALENCE_CLIP, 1 - PREVALENCE_CLIP))
         w = resolve_weights(weights, chans, prevalence)
         wp = present * w
         den = wp.sum(axis=1)

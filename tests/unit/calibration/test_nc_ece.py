@@ -148,9 +148,7 @@ def test_duckdb_peer_on_long_table():
         [(int(i), int(j), float(a[i, j])) for i, j in zip(items, annots, strict=True)],
     )
     con.execute("CREATE TABLE ch(annot INTEGER, fpr DOUBLE, gap DOUBLE, weight DOUBLE)")
-    con.executemany(
-        "INSERT INTO ch VALUES (?, ?, ?, ?)", [(j, c.fpr, c.gap, float(w[j])) for j, c in enumerate(chans)]
-    )
+    con.executemany("INSERT INTO ch VALUES (?, ?, ?, ?)", [(j, c.fpr, c.gap, float(w[j])) for j, c in enumerate(chans)])
     rows = con.execute(
         """
         WITH y AS (
@@ -307,3 +305,112 @@ def test_cifar10n_semi_synthetic_nc_ece_tracks_clean_ece():
     single = binned_ece(s, a[:, 0], 15)
     assert abs(nc - clean) < 0.003
     assert abs(nc - clean) < abs(mv - clean) < abs(single - clean)
+
+
+def _plain_cells(s, a, n_bins):
+    """Independent per-(bin, pattern) counts and score sums: plain numpy, per item, no kernel code."""
+    x = np.asarray(a, np.float64)
+    x = np.where(np.isnan(x) | (x < 0), -1.0, x)  # NaN (float) and -1 (integer) are missing
+    k = x.shape[1]
+    pattern = ((x + 1).astype(np.int64) * 3 ** np.arange(k)).sum(axis=1)
+    b = np.minimum(np.floor(s * n_bins).astype(np.int64), n_bins - 1)
+    code = b * 3**k + pattern
+    counts = np.bincount(code, minlength=n_bins * 3**k).reshape(n_bins, 3**k)
+    sums = np.bincount(code, weights=s, minlength=n_bins * 3**k).reshape(n_bins, 3**k)
+    return counts, sums
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5])
+def test_compiled_cell_kernel_equals_plain_numpy(k):
+    """The compiled one-pass kernel (`_cell_sums`) against per-item numpy: random labels with missing ones, edge
+    scores (0, 1, bin edges, 1 ulp below 1), every annotation dtype it is built for and non-contiguous and
+    big-endian inputs; counts exact, score sums to relative 1e-12 (the kernel adds s·B and divides by B)."""
+    from noisycal_platform.calibration.nc_ece import _cell_sums
+
+    rng = np.random.default_rng(100 + k)
+    n, n_bins = 5_000, 15
+    edges = [0.0, 1.0, np.nextafter(1.0, 0.0), 1 / 15, 2 / 15, 0.2, 14 / 15, np.nextafter(1 / 15, 0.0)]
+    s = np.concatenate([rng.random(n - len(edges)), edges])
+    a8 = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
+    a8[:7] = -1  # unannotated items
+    expect_counts, expect_sums = _plain_cells(s, a8, n_bins)
+    af = np.where(a8 < 0, np.nan, a8.astype(np.float64))
+    inputs = [
+        a8,
+        a8.astype(np.int16),
+        a8.astype(np.int64),
+        af,
+        af.astype(np.float32),
+        np.asfortranarray(a8),
+        af.astype(">f8"),
+        np.repeat(a8, 2, axis=1)[:, ::2],
+    ]
+    for arr in inputs:
+        counts, sums = _cell_sums(s, arr, n_bins)
+        np.testing.assert_array_equal(counts, expect_counts, err_msg=str(arr.dtype))
+        np.testing.assert_allclose(sums, expect_sums, rtol=1e-12, atol=1e-12, err_msg=str(arr.dtype))
+    labelled = rng.integers(0, 2, size=(n, k))  # unsigned: no missing value
+    counts, sums = _cell_sums(s, labelled.astype(np.uint8), n_bins)
+    np.testing.assert_array_equal(counts, _plain_cells(s, labelled, n_bins)[0])
+
+
+def test_compiled_cell_kernel_two_ranges_equal_plain_numpy_and_do_not_depend_on_threads(monkeypatch):
+    """Above 2^20 items: two fixed item ranges; the same cells on one worker thread as on two, and from several
+    calling threads at once."""
+    import importlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    module = importlib.import_module("noisycal_platform.calibration.nc_ece")  # the package exports the function
+
+    n = (1 << 20) + 777
+    rng = np.random.default_rng(5)
+    s = rng.random(n)
+    s[[0, 1, n - 1]] = [0.0, 1.0, 1.0]
+    a8 = rng.integers(-1, 2, size=(n, 3)).astype(np.int8)
+    expect_counts, expect_sums = _plain_cells(s, a8, 15)
+    counts, sums = module._cell_sums(s, a8, 15)
+    np.testing.assert_array_equal(counts, expect_counts)
+    np.testing.assert_allclose(sums, expect_sums, rtol=1e-12, atol=1e-12)
+    with ThreadPoolExecutor(3) as ex:
+        for c, t in ex.map(lambda _: module._cell_sums(s, a8, 15), range(3)):
+            np.testing.assert_array_equal(c, counts)
+            np.testing.assert_array_equal(t, sums)
+    monkeypatch.setattr(module.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    c1, t1 = module._cell_sums(s, a8, 15)
+    np.testing.assert_array_equal(c1, counts)
+    np.testing.assert_array_equal(t1, sums)  # bit for bit: the ranges, not the threads, fix the sums
+
+
+@pytest.mark.parametrize(
+    ("scores_edit", "ann", "message"),
+    [
+        (
+            (3, np.nextafter(1.0, 2.0)),
+            None,
+            "scores must lie in [0, 1] with no NaN, got np.float64(1.0000000000000002)",
+        ),
+        ((3, -1e-300), None, "scores must lie in [0, 1] with no NaN, got np.float64(-1e-300)"),
+        ((3, np.nan), None, "scores must lie in [0, 1] with no NaN, got np.float64(nan)"),
+        ((3, -np.inf), None, "scores must lie in [0, 1] with no NaN, got np.float64(-inf)"),
+        (None, ("int8", -128), "annotations (integer) must contain only 0, 1 or -1 (missing), got np.int8(-128)"),
+        (None, ("int8", 2), "annotations (integer) must contain only 0, 1 or -1 (missing), got np.int8(2)"),
+        (None, ("int16", 255), "annotations (integer) must contain only 0, 1 or -1 (missing), got np.int16(255)"),
+        (None, ("uint8", 2), "annotations (integer) must contain only 0, 1 or -1 (missing), got np.uint8(2)"),
+        (None, ("float64", 0.5), "annotations must contain only 0, 1 or NaN (missing), got np.float64(0.5)"),
+        (None, ("float32", np.inf), "annotations must contain only 0, 1 or NaN (missing), got np.float32(inf)"),
+        (None, ("float64", -1.0), "annotations must contain only 0, 1 or NaN (missing), got np.float64(-1.0)"),
+    ],
+)
+def test_compiled_kernel_names_bad_inputs_as_before(scores_edit, ann, message):
+    s = np.linspace(0.0, 1.0, 40)
+    a = np.zeros((40, 3), np.int8)
+    a[::3, 1] = 1
+    if ann is not None:
+        dtype, value = ann
+        a = a.astype(dtype)
+        a[17, 2] = value
+    elif scores_edit is not None:
+        s[scores_edit[0]] = scores_edit[1]
+    with pytest.raises(ValueError) as err:
+        nc_ece(s, a, [Channel(0.1, 0.1)] * 3)
+    assert str(err.value) == message
