@@ -361,6 +361,24 @@ def _first_lists(
             _rescan_exact(x, bad, np.arange(n), eps2, lists, lp)
 
 
+def _store_exact_nearest(
+    nbr: np.ndarray,
+    nd: np.ndarray,
+    lb: np.ndarray,
+    exact0: np.ndarray,
+    rb: np.ndarray,
+    cb: np.ndarray,
+    db: np.ndarray,
+) -> None:
+    """Rows ``rb`` get the one-entry list (``cb``, ``db``) of a rescan: exact, and ``db`` their new lower bound."""
+    nbr[rb, 0] = cb
+    nd[rb, 0] = db
+    nbr[rb, 1:] = rb[:, None]  # own index: never outside = empty slot
+    nd[rb, 1:] = np.inf
+    lb[rb] = db
+    exact0[rb] = True
+
+
 def _rescan_exact(
     x: np.ndarray,
     rows: np.ndarray,
@@ -459,12 +477,7 @@ def _rescan_exact(
 
     with single_thread_torch() if lp is not None else contextlib.nullcontext(), ordered_map(parallel) as pmap:
         for rb, cb, db in pmap(nearest, range(0, rows.size, h)):
-            nbr[rb, 0] = cb
-            nd[rb, 0] = db
-            nbr[rb, 1:] = rb[:, None]  # own index: never outside = empty slot
-            nd[rb, 1:] = np.inf
-            lb[rb] = db
-            exact0[rb] = True
+            _store_exact_nearest(nbr, nd, lb, exact0, rb, cb, db)
 
 
 def _rescan_blocks(
@@ -544,13 +557,7 @@ def _rescan_blocks(
     sel = oo[first]
     if sel.size != rows.size:  # pragma: no cover - every row has an outside point in a scanned block
         raise RuntimeError("block rescan lost a row")
-    rb, cb, db = rows[rr[sel]], cc[sel], dd[sel]
-    nbr[rb, 0] = cb
-    nd[rb, 0] = db
-    nbr[rb, 1:] = rb[:, None]  # own index: never outside = empty slot
-    nd[rb, 1:] = np.inf
-    lb[rb] = db
-    exact0[rb] = True
+    _store_exact_nearest(nbr, nd, lb, exact0, rows[rr[sel]], cc[sel], dd[sel])
 
 
 def _screen_rows(
