@@ -57,8 +57,8 @@ TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && \
 TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 # The default suite, the guarantee tier (tests/guarantees, marker `guarantee`) included: everything not `slow`.
-# It runs on TEST_WORKERS pytest-xdist worker processes (one per core, at most 4; 0 = in this process). Most of the
-# suite is one Python thread at a time (Dagster runs, DuckDB, pydantic), so one process left the second core idle.
+# It runs on TEST_WORKERS pytest-xdist worker processes (one per core, at most 4; 0 = in this process). In one
+# process the suite kept about one core busy (2-core box: 771 CPU s in 801 s of pytest), leaving the second idle.
 # `--dist loadfile` keeps each test file on one worker: the module-scoped homes that several tests share (up to
 # 54 s to build) are built once, not once per worker.
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
