@@ -44,11 +44,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
+from threadpoolctl import threadpool_limits
 
 from ._kernels import BLOCK_ELEMS, exact_dists, floor32, ordered_map, screen_margin
 from ._lowp import Int8Rows, int8_products_fast, single_thread_torch
@@ -142,18 +142,6 @@ def _strip_entries(
     if not out:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     return tuple(np.concatenate(v) for v in zip(*out, strict=True))
-
-
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """Single-threaded BLAS while open (small GEMMs lose much to a multi-threaded BLAS' synchronisation)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        yield
-        return
-    with threadpool_limits(1, user_api="blas"):
-        yield
 
 
 def _nearest_pivot(x: np.ndarray, piv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -541,7 +529,7 @@ def _rescan_blocks(
 
     m = np.full(rows.size, -np.inf, np.float32)
     rec_r, rec_c, rec_s = [], [], []
-    with _one_blas_thread():
+    with threadpool_limits(1, user_api="blas"):  # small GEMMs lose much to a multi-threaded BLAS' synchronisation
         for slot, rm, rr, cc, sv in map(scan, tasks):
             m[slot] = np.maximum(m[slot], rm)
             rec_r.append(rr)
