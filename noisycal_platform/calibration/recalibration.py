@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 import numpy as np
-from scipy.optimize import minimize, minimize_scalar
 from scipy.special import expit, log_expit
 
 from .channels._base import as_annotation_array
@@ -304,6 +303,8 @@ def fit_recalibrator(
         }
         diag = {"n_clipped": int(np.count_nonzero((raw < 0) | (raw > 1))), "bin_counts": cnt.tolist()}
         return Recalibrator("histogram", params, corrected, target, n, True, 0, diag)
+    from scipy.optimize import minimize, minimize_scalar  # lazy: scipy.optimize is slow to import
+
     z = _logit(s, LOGIT_CLIP)
     if method == "temperature":
         slope, _ = recession_slope_min(z, y)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from scipy.stats import binomtest
 
 from noisycal_platform.cleaning.agreement import cohen_kappa, reliability_matrix
 
@@ -56,6 +55,8 @@ def sign_test(d) -> float:
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
     if pos + neg == 0:
         return float("nan")
+    from scipy.stats import binomtest  # lazy: scipy.stats is slow to import
+
     return float(binomtest(pos, pos + neg, 0.5, alternative="greater").pvalue)
 
 

@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linear_sum_assignment
-from scipy.stats import chi2
 
 from ..channels._base import Channel, ChannelFit, NotIdentifiableError
 from ._patterns import as_class_annotations, class_codes, pattern_counts
@@ -285,6 +283,8 @@ def _em_runs(onehot: Any, counts: np.ndarray, prior: np.ndarray, t: np.ndarray, 
 
 def _assignment(summed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """σ maximising Σ_y summed[y, σ(y)] and the index map inv (new latent class σ(y) takes old class y)."""
+    from scipy.optimize import linear_sum_assignment  # lazy: scipy.optimize is slow to import
+
     rows, sigma = linear_sum_assignment(summed, maximize=True)
     inv = np.empty_like(sigma)
     inv[sigma] = rows
@@ -347,6 +347,8 @@ def _random_start(rng: np.random.Generator, k: int, c: int) -> tuple[np.ndarray,
 
 def _association_pvalues(onehot: Any, counts: np.ndarray, k: int, c: int) -> np.ndarray | None:
     """(K, K) p-values of the χ² test of independence of each annotator pair on items both labelled."""
+    from scipy.stats import chi2  # lazy: scipy.stats is slow to import
+
     if k * c > 1000:
         return None
     o = onehot.toarray() if sparse.issparse(onehot) else onehot

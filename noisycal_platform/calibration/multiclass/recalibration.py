@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp, softmax
 
 from ..nc_ece import _check_n_bins, bin_index
@@ -177,6 +176,8 @@ def fit_multiclass_recalibrator(
             f"on n={n} items): the corrected labels are too noisy for this sample. Use more annotated items or "
             "the classwise projected histogram"
         )
+    from scipy.optimize import minimize_scalar  # lazy: scipy.optimize is slow to import
+
     lo, hi = 1.0 / T_BOUNDS[1], 1.0 / T_BOUNDS[0]
     res = minimize_scalar(
         temperature_loss, bounds=(lo, hi), args=(z, y), method="bounded", options={"xatol": 1e-10, "maxiter": 500}
