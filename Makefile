@@ -60,13 +60,15 @@ TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 # It runs on TEST_WORKERS pytest-xdist worker processes (one per core, at most 4; 0 = in this process). In one
 # process the suite kept about one core busy (2-core box: 771 CPU s in 801 s of pytest), leaving the second idle.
 # `--dist loadfile` keeps each test file on one worker: the module-scoped homes that several tests share (up to
-# 54 s to build) are built once, not once per worker.
+# 54 s to build) are built once, not once per worker. `--no-loadscope-reorder` keeps the order of
+# tests/conftest.py, longest files first (tests/_file_order.py, costs in tests/file_costs.json): xdist's own order
+# (most tests first) left the long files with few tests for the end, run by one worker while the other idled.
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
 #   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; \
 	if [ $$n -lt 2 ]; then n=0; fi; echo $$n)
 test: $(STAMP) browser-deps
-	@start=$$(date +%s); $(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
+	@start=$$(date +%s); $(TEST_ENV) $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder; rc=$$?; \
 	echo "make test: pytest took $$(( $$(date +%s) - start )) s (rc $$rc)"; exit $$rc
 
 # SmolLM2-135M (for the slow generation-collection test) ships as a package whose declared deps compile

@@ -7,6 +7,7 @@ import pytest
 
 from noisycal_platform.paths import HomeLayout
 from orchestration.signals import heed_interrupts
+from tests._file_order import load_costs, longest_files_first
 from tests.shared_data import missing_shared_message
 
 # a suite started in the background (CI runners, `make test &`) would otherwise pass ignored SIGINT/SIGTERM on
@@ -37,3 +38,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     message = missing_shared_message(item.iter_markers("shared_data"))
     if message is not None:
         pytest.fail(message, pytrace=False)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # longest files first (tests/_file_order.py): `make test` hands whole files to the xdist workers in this order
+    items[:] = longest_files_first(items, [item.nodeid for item in items], load_costs())
