@@ -3,11 +3,17 @@
 Both children get ``NOISYCAL_HOME`` and ``DAGSTER_HOME`` (created, with the platform's ``dagster.yaml``) and
 load ``workspace.yaml``. Each runs in its own process group with SIGINT/SIGTERM at their defaults (a shell
 that backgrounds a command makes it ignore SIGINT, and Dagster then ignores SIGTERM too). On SIGTERM or
-SIGINT the supervisor sends SIGTERM to both groups, waits ``stop_timeout`` seconds, then SIGKILLs what is
+SIGINT the supervisor sends SIGTERM to every group, waits ``stop_timeout`` seconds, then SIGKILLs what is
 left; if one child dies, the other is stopped and the service exits non-zero (systemd restarts it).
 
-With ``"executor": "dask"`` and no ``"dask_scheduler"``, a third child runs the home's Dask cluster
-(``orchestration.dask_cluster``): one per service, shared by every run, supervised like the other two.
+Both load the code location from one persistent gRPC code server, a third child started first
+(``dagster code-server start``, ``$DAGSTER_HOME/workspace.yaml`` names it). Given ``workspace.yaml``'s
+``python_file`` entry instead, the daemon starts a code server of its own and replaces it at every periodic
+workspace reload: measured on the 2-core box, a new process importing the whole code location every 60–75 s
+(2.5–3.5 CPU s each, a few percent of the machine for as long as the service runs).
+
+With ``"executor": "dask"`` and no ``"dask_scheduler"``, one more child runs the home's Dask cluster
+(``orchestration.dask_cluster``): one per service, shared by every run, supervised like the others.
 """
 
 from __future__ import annotations
@@ -22,18 +28,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from noisycal_platform.files import atomic_write_text
 from noisycal_platform.paths import HOME_ENV, HomeLayout
 from orchestration.instance import dagster_home, instance_for
 from orchestration.run_queue import remove_service_file, write_service_file
 
 __all__ = [
+    "CODE_LOCATION",
     "DROPPED_ENV",
     "REPO_ROOT",
     "WORKSPACE",
+    "code_server_command",
     "serve",
     "serve_in_background",
     "service_commands",
     "service_env",
+    "service_workspace",
     "webserver_answers",
 ]
 
@@ -45,11 +55,42 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
-def service_commands(host: str, port: int) -> dict[str, list[str]]:
-    """The two long-running commands (also what the README's systemd units run through ``noisycal serve``)."""
+#: the code location's name (``location_name`` in workspace.yaml and in the service's workspace)
+CODE_LOCATION = "noisycal_platform"
+
+#: how long the service waits for its code server to load the code location before it gives up
+CODE_SERVER_START_TIMEOUT_SECONDS = 600.0
+
+
+def code_server_command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The service's code server: ``definitions.py`` served over gRPC on ``host:port`` (loopback only)."""
+    return [
+        _bin("dagster"), "code-server", "start", "-h", host, "-p", str(port), "-f", str(REPO_ROOT / "definitions.py"),
+        "-d", str(REPO_ROOT), "--location-name", CODE_LOCATION,
+    ]
+
+
+def service_workspace(home: str | Path, code_server_port: int, host: str = "127.0.0.1") -> Path:
+    """``$DAGSTER_HOME/workspace.yaml`` naming the service's code server (written atomically); its path."""
+    text = (
+        "# written by `noisycal serve` at each start: the code location served by the service's code server\n"
+        "load_from:\n"
+        "  - grpc_server:\n"
+        f"      host: {host}\n"
+        f"      port: {int(code_server_port)}\n"
+        f"      location_name: {CODE_LOCATION}\n"
+    )
+    path = dagster_home(home) / "workspace.yaml"
+    atomic_write_text(path, text)
+    return path
+
+
+def service_commands(host: str, port: int, workspace: str | Path = WORKSPACE) -> dict[str, list[str]]:
+    """The webserver and the daemon for ``workspace`` (``noisycal serve`` passes its `service_workspace`; also
+    what the README's systemd units run through ``noisycal serve``)."""
     return {
-        "webserver": [_bin("dagster-webserver"), "-h", host, "-p", str(port), "-w", str(WORKSPACE)],
-        "daemon": [_bin("dagster-daemon"), "run", "-w", str(WORKSPACE)],
+        "webserver": [_bin("dagster-webserver"), "-h", host, "-p", str(port), "-w", str(workspace)],
+        "daemon": [_bin("dagster-daemon"), "run", "-w", str(workspace)],
     }
 
 
@@ -161,6 +202,19 @@ def _start_cluster(home: str | Path, env: dict[str, str]) -> subprocess.Popen | 
     return proc
 
 
+def _wait_for_code_server(proc: subprocess.Popen, port: int, stop: dict, timeout: float) -> bool:
+    """True once the code server accepts connections on 127.0.0.1:``port`` (it listens only after it has
+    loaded the code location); False when it exits, a stop signal arrives or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and stop["signal"] is None and proc.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return True
+        except OSError:
+            time.sleep(0.25)
+    return False
+
+
 def _pythonpath(env: dict[str, str]) -> str:
     """The repository root first on the path of a child that imports the code location by module name."""
     return os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
@@ -187,7 +241,23 @@ def serve(home: str | Path, host: str = "127.0.0.1", port: int = 3000, stop_time
         cluster = _start_cluster(home, env)  # first: the daemon's first run finds it
         if cluster is not None:
             children["dask-cluster"] = cluster
-        for name, cmd in service_commands(host, port).items():
+        code_port = _free_port("127.0.0.1")
+        children["code-server"] = subprocess.Popen(
+            code_server_command(code_port), env=env, cwd=REPO_ROOT, start_new_session=True,
+            preexec_fn=_default_signals,
+        )
+        if not _wait_for_code_server(children["code-server"], code_port, stop, CODE_SERVER_START_TIMEOUT_SECONDS):
+            if stop["signal"] is not None:
+                print(f"noisycal serve: {signal.Signals(stop['signal']).name} received, stopping", flush=True)
+                return 0
+            print(
+                "noisycal serve: the code server did not load the code location "
+                f"(exit status {children['code-server'].poll()}); see its output above",
+                file=sys.stderr, flush=True,
+            )
+            return 1
+        workspace = service_workspace(home, code_port)
+        for name, cmd in service_commands(host, port, workspace).items():
             children[name] = subprocess.Popen(
                 cmd, env=env, cwd=REPO_ROOT, start_new_session=True, preexec_fn=_default_signals
             )

@@ -1,4 +1,4 @@
-"""``noisycal serve``: webserver and daemon for a home, both stopped by one SIGTERM.
+"""``noisycal serve``: code server, webserver and daemon for a home, all stopped by one SIGTERM.
 
 Starts two Dagster processes that load the whole code location: 20-60 s on a 2-core machine, so ``slow``.
 """
@@ -47,10 +47,20 @@ def test_serve_starts_webserver_and_daemon_and_stops_both_on_sigterm(tmp_path):
         wait_for_server_info(port, time.time() + 240, 1, "the webserver did not answer within 240 s")
         assert (home / "dagster" / "dagster.yaml").read_text() == DAGSTER_YAML
         children = _children(proc.pid)
-        assert len(children) == 2 and all(_alive(c) for c in children)
-        cmdlines = [Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in children]
-        assert any("dagster-webserver" in c for c in cmdlines) and any("dagster-daemon" in c for c in cmdlines)
-        assert all(f"-w {REPO / 'workspace.yaml'}" in c for c in cmdlines)
+        assert len(children) == 3 and all(_alive(c) for c in children)
+        cmdlines = {c: Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in children}
+        by_role = {role: [c for c, line in cmdlines.items() if role in line] for role in
+                   ("dagster-webserver", "dagster-daemon", "code-server start")}
+        assert all(len(pids) == 1 for pids in by_role.values()), cmdlines
+        workspace = home / "dagster" / "workspace.yaml"
+        assert "grpc_server:" in workspace.read_text()
+        for role in ("dagster-webserver", "dagster-daemon"):
+            assert f"-w {workspace}" in cmdlines[by_role[role][0]]
+        # both ask the service's code server: the daemon starts no code server of its own (it would replace it
+        # at every workspace reload, about once a minute)
+        (daemon,) = by_role["dagster-daemon"]
+        assert not [c for c in _children(daemon)
+                    if "api grpc" in Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode()]
 
         t0 = time.time()
         proc.send_signal(signal.SIGTERM)
@@ -74,3 +84,32 @@ def test_service_processes_write_bytecode_caches(tmp_path, monkeypatch):
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["NOISYCAL_HOME"] == str(tmp_path / "home") and env["DAGSTER_HOME"] == str(tmp_path / "home" / "dagster")
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_service_workspace_names_the_services_code_server_on_loopback(tmp_path):
+    """The webserver and the daemon load the code location from the service's code server (one process for the
+    service's lifetime), not from ``workspace.yaml``'s ``python_file`` entry, whose code servers the daemon
+    replaces at every periodic workspace reload."""
+    import yaml
+
+    from orchestration.service import (
+        CODE_LOCATION,
+        code_server_command,
+        service_commands,
+        service_workspace,
+    )
+
+    home = tmp_path / "home"
+    workspace = service_workspace(home, 50123)
+    assert workspace == home / "dagster" / "workspace.yaml"
+    (entry,) = yaml.safe_load(workspace.read_text())["load_from"]
+    assert entry == {"grpc_server": {"host": "127.0.0.1", "port": 50123, "location_name": CODE_LOCATION}}
+    assert yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"][0]["python_file"]["location_name"] == (
+        CODE_LOCATION
+    )
+    cmd = code_server_command(50123)
+    assert cmd[1:3] == ["code-server", "start"]
+    assert cmd[cmd.index("-h") + 1] == "127.0.0.1" and cmd[cmd.index("-p") + 1] == "50123"
+    assert cmd[cmd.index("-f") + 1] == str(REPO / "definitions.py")
+    commands = service_commands("127.0.0.1", 3000, workspace)
+    assert all(c[c.index("-w") + 1] == str(workspace) for c in commands.values())
