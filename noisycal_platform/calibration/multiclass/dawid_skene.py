@@ -196,14 +196,15 @@ def _em_runs(
     """
     from ._em_kernel import em_runs  # numba: imported on the first EM call, not with the package
 
-    prior = np.array(prior, np.float64, order="C")  # copies: the kernel updates them in place
-    t = np.array(t, np.float64, order="C")
+    prior, t = np.asarray(prior, np.float64), np.asarray(t, np.float64)
+    r, c = prior.shape
+    theta = np.concatenate([prior, t.reshape(r, -1)], axis=1)  # one flat (π, T) per run, updated in place
     counts = np.ascontiguousarray(counts, np.float64)
-    r = len(prior)
     ll, n_iter, converged = np.empty(r), np.empty(r, np.int64), np.empty(r, np.bool_)
     em_runs(
-        ptr, col, counts, prior, t, int(max_iter), float(tol), bool(fixed_t), bool(accelerate), ll, n_iter, converged
+        ptr, col, counts, c, theta, int(max_iter), float(tol), bool(fixed_t), bool(accelerate), ll, n_iter, converged
     )
+    prior, t = theta[:, :c], theta[:, c:].reshape(t.shape)
     return prior, t, ll, n_iter, converged
 
 
@@ -261,9 +262,9 @@ def _soft_vote_start(ptr: np.ndarray, col: np.ndarray, pats: np.ndarray, counts:
 
     votes = np.stack([(pats == y).sum(axis=1) for y in range(c)], axis=1).astype(float)
     gamma = votes / np.maximum(votes.sum(axis=1, keepdims=True), 1.0)
-    prior, t = np.empty(c), np.empty((k, c, c))
-    m_step(ptr, col, np.ascontiguousarray(counts, np.float64), gamma, prior, t)
-    return prior, t
+    theta = np.empty(c + k * c * c)
+    m_step(ptr, col, np.ascontiguousarray(counts, np.float64), gamma, theta)
+    return theta[:c], theta[c:].reshape(k, c, c)
 
 
 def _random_start(rng: np.random.Generator, k: int, c: int) -> tuple[np.ndarray, np.ndarray]:
