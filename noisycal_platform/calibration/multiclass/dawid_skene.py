@@ -8,7 +8,12 @@ answers of pattern p and w_p its item count:
     E-step   log L_py = log π_y + Σ_{j,a} O_p[j,a] log T_j[y, a];   γ_py = L_py / Σ_y' L_py'
     M-step   π_y = Σ_p w_p γ_py / Σ_p w_p;   T_j[y, a] = Σ_p w_p γ_py O_p[j,a] / Σ_p w_p γ_py Σ_a' O_p[j,a']
 
-Both are two matrix products over the P ≤ (C+1)^K patterns, so an iteration does not depend on n.
+Both are sums over the P ≤ (C+1)^K patterns, so an iteration does not depend on n. Each run (start or
+replicate) is one compiled loop (numba, `_em_kernel`): a step over the 287 patterns of the 1,000,000 × 3 × 7
+benchmark takes about 20 µs of CPU, where the numpy/scipy-sparse step it replaced spent about 0.85 ms in call
+overhead. First call in a process (2-core AVX2 AMD EPYC, 2026-12-07, load 8-9): importing numba 0.27-0.40 s
+and loading the cached kernel 0.5-0.6 s of CPU (numba's target set-up, shared with the NC-ECE kernel), about
+0.9-1.1 s in all; without a cache (first use after install or an edit) the compile takes about 8 s of CPU.
 Multiple starts (soft vote + seeded random starts), best log-likelihood kept. The likelihood is invariant
 under a relabelling of the latent class; the orientation is fixed by the permutation σ maximising the
 summed diagonal Σ_j Σ_y T_j[y, σ(y)] (linear sum assignment), which for C = 2 is the binary rule
@@ -236,7 +241,7 @@ def batched_confusion_em(
 
     counts : (R, P) items per (replicate, pattern); pats : (P, K) codes 0..C (C = missing).
     prior : (C,) or (R, C) start π; confusion : (K, C, C) or (R, K, C, C) start T. The E/M updates and the SQUAREM
-    acceleration are those of `estimate_confusion` (`_em_runs`, vectorised over replicates), then each
+    acceleration are those of `estimate_confusion` (`_em_runs`, the compiled kernel run by run), then each
     replicate's latent classes are relabelled by the summed-diagonal assignment (as `_orient`).
     Returns (prior (R, C), confusion (R, K, C, C), converged (R,) bool: largest change of (π, T) < ``tol``).
     """
