@@ -26,9 +26,9 @@ __all__ = [
 DENSE_PATTERNS_MAX = 4_000_000  # dense bincount over all (C+1)^K keys up to this many; np.unique above
 
 
-def as_class_annotations(annotations: Any, n_classes: int | None = None, name: str = "annotations") -> tuple[
-    np.ndarray, int
-]:
+def as_class_annotations(
+    annotations: Any, n_classes: int | None = None, name: str = "annotations"
+) -> tuple[np.ndarray, int]:
     """Validate an n×K class-index array; returns it (not copied) and the number of classes C.
 
     Float: integer values in [0, C−1] or NaN (missing). Integer: values in [0, C−1] or −1 (missing).
@@ -42,13 +42,16 @@ def as_class_annotations(annotations: Any, n_classes: int | None = None, name: s
     if a.dtype == bool:
         a = a.astype(np.int8)
     if np.issubdtype(a.dtype, np.floating):
-        obs = a[~np.isnan(a)]
-        if obs.size and not np.all(obs == np.floor(obs)):
-            bad = obs[obs != np.floor(obs)][0]
-            raise ValueError(f"{name} must hold integer class indices or NaN (missing), got {bad!r}")
-        lo = obs.min() if obs.size else 0
-        hi = obs.max() if obs.size else -1
-        if obs.size and not np.all(np.isfinite(obs)):
+        nan = np.isnan(a)  # no copy of the observed entries: masks and NaN-skipping reductions over a
+        with np.errstate(invalid="ignore"):
+            frac = a != np.floor(a)  # NaN too; ±inf is an integer here and fails the finiteness test below
+        frac &= ~nan
+        if frac.any():
+            raise ValueError(f"{name} must hold integer class indices or NaN (missing), got {a[frac][0]!r}")
+        observed = not nan.all()
+        lo = np.fmin.reduce(a, axis=None) if observed else 0  # fmin/fmax skip NaN
+        hi = np.fmax.reduce(a, axis=None) if observed else -1
+        if observed and (np.isinf(lo) or np.isinf(hi)):
             raise ValueError(f"{name} must hold finite class indices or NaN (missing), got inf")
         if lo < 0:
             raise ValueError(f"{name} must hold class indices >= 0 (NaN = missing), got {lo!r}")
@@ -88,7 +91,9 @@ def class_codes(a: np.ndarray, n_classes: int) -> np.ndarray:
     """Codes 0..C (C = missing) of a validated array, in the smallest integer dtype that holds C."""
     dt = np.int8 if n_classes < 127 else np.int32
     if np.issubdtype(a.dtype, np.floating):
-        c = np.nan_to_num(a, nan=float(n_classes)).astype(dt)
+        with np.errstate(invalid="ignore"):
+            c = a.astype(dt)  # NaN casts to an arbitrary integer: overwritten just below
+        c[np.isnan(a)] = n_classes
     else:
         c = a.astype(dt, copy=True)
         c[c < 0] = n_classes

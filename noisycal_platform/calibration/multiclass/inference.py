@@ -23,7 +23,7 @@ a replicate costs O(C·B·(C+1)^K) after its counts are drawn.
 
 Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts (`batched_confusion_em`, Hanada and Futami
 2026
-§F.1.1 with C classes), vectorised over replicates and warm-started at the point estimate. A replicate whose refit
+§F.1.1 with C classes), one compiled EM run per replicate, warm-started at the point estimate. A replicate whose refit
 is not finite, has a confusion matrix with smallest singular value ≤ ``min_gap`` or a class with prevalence
 ≤ 1e-6 is *unidentified*: counted, reported and left out of the quantiles.
 
@@ -121,8 +121,17 @@ class _Layout:
 class _Evaluator:
     """Cell tables of R replicates → NC-ECE (R,), scaled moments (R, G·B), mean corrected label (R, G, B), ok."""
 
-    def __init__(self, lay: _Layout, weights: Any, t0: np.ndarray, prior0: np.ndarray, w_point: np.ndarray,
-                 refit: bool, min_gap: float, p: np.ndarray):
+    def __init__(
+        self,
+        lay: _Layout,
+        weights: Any,
+        t0: np.ndarray,
+        prior0: np.ndarray,
+        w_point: np.ndarray,
+        refit: bool,
+        min_gap: float,
+        p: np.ndarray,
+    ):
         self.lay, self.weights, self.refit, self.min_gap = lay, weights, refit, min_gap
         self.t0, self.prior0, self.w_point = t0, prior0, w_point
         lay_c = lay.c
@@ -322,8 +331,17 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
 
 
 def calibration_test_multiclass(
-    probs: Any, annotations: Any, channels: Any = None, *, kind: str = "top_label", weights: Any = None,
-    n_bins: int = 15, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0, min_gap: float = 0.05,
+    probs: Any,
+    annotations: Any,
+    channels: Any = None,
+    *,
+    kind: str = "top_label",
+    weights: Any = None,
+    n_bins: int = 15,
+    n_boot: int = 1000,
+    alpha: float = 0.05,
+    seed: int = 0,
+    min_gap: float = 0.05,
     fitted: ConfusionFit | None = None,
 ) -> CalibrationTest:
     """Plug-in and debiased multi-class NC-ECE, a bootstrap interval and a test of H0 P(Y = c | p) = p_c.
