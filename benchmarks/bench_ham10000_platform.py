@@ -70,6 +70,14 @@ half-size setting is not the default (``pipeline.rankings.VERIFY_SCALE`` stays 1
 seconds not attributed to a part (about 285 in each run, against about 35 at load 5.5) and the rest of the
 neighbour_rankings step (about 835 s wall in each, 17 s at load 5.5) grow far faster with load than the parts do.
 
+ONNX Runtime's idle threads sleeping instead of spinning (``encoder.onnx_runtime.SPINNING``; the rows are the same
+bit for bit), before / after on the first 2,000 images (``--limit 2000``), 2026-12-07 03:05–03:12, one run each
+back to back on the shared box (``--noisycal`` of an export of 84b3e83, then this checkout at 1a53844; load 5.6 → 8.6
+and 7.9 → 9.0): the embedding part (forward pass + baseline, one decode; less the ONNX export nested in it) 28.0 →
+25.2 CPU s, 45.3 → 38.5 s wall; SIFT 30.4 / 29.3 CPU s (unchanged code); the whole path 113 / 112 CPU s, 205 / 205 s
+wall; recall@1000 0.432 and 1 of 1 audited in both. The whole-set table above was not rerun (at this load a run
+takes about 45 minutes); the lead's quiet rerun is the command at the top with ``--fastdup-python``.
+
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
 the read-back of its pairs is in the note) and recall@1000 (goal ≥ 0.29). ``--quick`` is ``--limit 300``.

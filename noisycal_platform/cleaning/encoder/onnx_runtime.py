@@ -17,16 +17,13 @@ features equal PyTorch's up to float32 rounding (the tests compare them at rel 1
 int8 was tried twice and dropped. ORT's dynamic quantisation: the embedding's cosine to the float one fell to 0.6 on
 HAM10000. Static QDQ quantisation (2026-12-07; ``quantize_static`` after ``quant_pre_process``, int8 per-channel
 weights, uint8 activations, MinMax calibration, Conv, Clip and Add quantised; Conv alone quantises each output
-before its ReLU6 clip, median cosine 0.65), on the first 1,000 HAM10000 images at 160 px: u8·s8 products saturate
-the int16 sums of AVX2 without VNNI (median cosine 0.85); with ``reduce_range`` (7-bit weights) 0.945, the 5-NN
-lists 49 % the float ones, forward pass 0.7× the float CPU seconds; uint8 weights 0.983 but 5.8× the CPU seconds.
-On HAM10000's tuning half (5,007 images; SIFT F 128, k 5; ``benchmarks/bench_ham10000_tune.py``'s procedure) the
-7-bit model calibrated on 64 seeded crops of scikit-learn's two sample photos (data that ships) gave recall@501
-0.2981 against the float model's 0.2993 (10 of 12 audited pairs each): below the default, so not kept. Calibrated on
-128 tuning-half images it tied (0.2993, 10 of 12), but those images cannot ship with the package.
-
-Views (``pretrained.group_views``) are taken on the uint8 batch with numpy (rot90 and flips are exact on pixels),
-then averaged and L2-normalised as in :func:`~noisycal_platform.cleaning.encoder.pretrained.embed_frozen`.
+before its ReLU6 clip, median cosine 0.65), on the first 1,000 HAM10000 images at 160 px (a scratch probe): u8·s8
+products saturate the int16 sums of AVX2 without VNNI (median cosine 0.85); with ``reduce_range`` (7-bit weights)
+0.945, the 5-NN lists 49 % the float ones, forward pass 0.7× the float CPU seconds; uint8 weights 0.983 but 5.8× the
+CPU seconds. On HAM10000's tuning half (5,007 images; SIFT F 128, k 5; ``benchmarks/bench_onnx_int8.py``) the 7-bit
+model gave recall@501 0.2981 against the float model's 0.2993 (10 of 12 audited pairs each), calibrated on 64 seeded
+crops of scikit-learn's two sample photos (data that ships) or on 128 tuning-half images alike: below the default,
+so not kept. Its forward pass took 0.69× the float CPU seconds.
 """
 
 from __future__ import annotations
