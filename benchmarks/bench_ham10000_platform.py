@@ -91,8 +91,9 @@ shared box less loaded (load 3.6 before, 5.5 after; nice 10):
 Recall@1000 0.296, recall@3207 0.323, 15 of 20 audited (the same as the table above: the embeddings and the SIFT
 features are the same bit for bit). The wall time is 0.46× the run above, the CPU seconds 1.56×: here the parts ran on
 about 1.9 of the 2 cores (forward pass 109.8 CPU s in 58.3 s), there on about half a core (73.7 CPU s in 159.8 s),
-and on this virtual machine a thread's CPU seconds for the same work grow when both cores are busy (the forward pass
-alone, 1,000 pre-decoded images: 8.3 CPU s in 4.3 s wall at load 3.9, 10–11 CPU s at load 8). CPU seconds are
+and on this virtual machine the same work costs more CPU seconds when it runs on both cores (the forward pass alone,
+512 pre-decoded images, three interleaved rounds at load 4–6: median 4.1 CPU s on one intra-op thread, 4.6 on two,
+and two were not faster in wall time at that load; the rest of the 1.56× was not traced). CPU seconds are
 therefore not comparable between runs at different loads, and "211 against fastdup's 94" understates the gap; the
 issue's figure is the quiet wall time: 222.5 s here against fastdup's ~58 s quiet, **not met** (3.8×).
 
