@@ -70,6 +70,41 @@ half-size setting is not the default (``pipeline.rankings.VERIFY_SCALE`` stays 1
 seconds not attributed to a part (about 285 in each run, against about 35 at load 5.5) and the rest of the
 neighbour_rankings step (about 835 s wall in each, 17 s at load 5.5) grow far faster with load than the parts do.
 
+Rerun on all 10,015 images 2026-12-07 03:28–03:32 at ecb3bec (ONNX Runtime's pool not spinning, the baseline's
+integer cell sums; the same default settings), without fastdup (no ``.venv-peers/fastdup`` in that checkout), the
+shared box less loaded (load 3.6 before, 5.5 after; nice 10):
+
+| part | wall s | CPU s |
+|---|---|---|
+| noisycal datasets add (hash + decode check) | 1.4 | 1.5 |
+| step raw__reference_labels, raw__images, cleaning__ssl_encoder | 10.4 | |
+| step cleaning__embeddings: ONNX export (first use) 1.4 s; forward pass + baseline, one decode | 58.3 | 109.8 |
+| step cleaning__rank_irrelevant | 5.0 | |
+| step neighbour_rankings: SIFT | 60.2 | 105.1 |
+| — exact k-NN candidates (k = 5) | 5.5 | 5.3 |
+| — geometric verification | 38.2 | 37.2 |
+| — the plain near-duplicate and label-error rankings (both kinds), I/O | 18.0 | |
+| cleaning/confirmation_queue, ranking_vs_truth, asset checks | 2.7 | |
+| tick start-up and Dagster between steps | 22.4 | |
+| **total, datasets add → last cleaning asset** | **222.5** | **330.8** |
+
+Recall@1000 0.296, recall@3207 0.323, 15 of 20 audited (the same as the table above: the embeddings and the SIFT
+features are the same bit for bit). The wall time is 0.46× the run above, the CPU seconds 1.56×: here the parts ran on
+about 1.9 of the 2 cores (forward pass 109.8 CPU s in 58.3 s), there on about half a core (73.7 CPU s in 159.8 s),
+and on this virtual machine the same work costs more CPU seconds when it runs on both cores (the forward pass alone,
+512 pre-decoded images, three interleaved rounds at load 4–6: median 4.1 CPU s on one intra-op thread, 4.6 on two,
+and two were not faster in wall time at that load; the rest of the 1.56× was not traced). CPU seconds are
+therefore not comparable between runs at different loads, and "211 against fastdup's 94" understates the gap; the
+issue's figure is the quiet wall time: 222.5 s here against fastdup's ~58 s quiet, **not met** (3.8×).
+
+ONNX Runtime's idle threads sleeping instead of spinning (``encoder.onnx_runtime.SPINNING``; the rows are the same
+bit for bit), before / after on the first 2,000 images (``--limit 2000``), 2026-12-07 03:05–03:12, one run each
+back to back on the shared box (``--noisycal`` of an export of 84b3e83, then this checkout at 1a53844; load 5.6 → 8.6
+and 7.9 → 9.0): the embedding part (forward pass + baseline, one decode; less the ONNX export nested in it) 28.0 →
+25.2 CPU s, 45.3 → 38.5 s wall; SIFT 30.4 / 29.3 CPU s (unchanged code); the whole path 113 / 112 CPU s, 205 / 205 s
+wall; recall@1000 0.432 and 1 of 1 audited in both. The whole-set table above was not rerun (at this load a run
+takes about 45 minutes); the lead's quiet rerun is the command at the top with ``--fastdup-python``.
+
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
 the read-back of its pairs is in the note) and recall@1000 (goal ≥ 0.29). ``--quick`` is ``--limit 300``.

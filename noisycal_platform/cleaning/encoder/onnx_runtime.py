@@ -11,11 +11,19 @@ is downloaded.
 ONNX Runtime fuses each convolution with its batch norm and ReLU6 (graph optimisation level "all") and runs the
 depthwise and pointwise convolutions in its own MLAS kernels; on 2 CPU cores this is about 4× the images per
 second of the eager PyTorch forward pass at 160 px (``benchmarks/bench_ham10000_platform.py``). The pooled
-features equal PyTorch's up to float32 rounding (the tests compare them at rel 1e-4); int8 weights (ORT's dynamic
-quantisation) were tried and dropped: the embedding's cosine to the float one fell to 0.6 on HAM10000.
+features equal PyTorch's up to float32 rounding (the tests compare them at rel 1e-4). Idle pool threads sleep
+(:data:`SPINNING`).
 
-Views (``pretrained.group_views``) are taken on the uint8 batch with numpy (rot90 and flips are exact on pixels),
-then averaged and L2-normalised as in :func:`~noisycal_platform.cleaning.encoder.pretrained.embed_frozen`.
+int8 was tried twice and dropped. ORT's dynamic quantisation: the embedding's cosine to the float one fell to 0.6 on
+HAM10000. Static QDQ quantisation (2026-12-07; ``quantize_static`` after ``quant_pre_process``, int8 per-channel
+weights, uint8 activations, MinMax calibration, Conv, Clip and Add quantised; Conv alone quantises each output
+before its ReLU6 clip, median cosine 0.65), on the first 1,000 HAM10000 images at 160 px (a scratch probe): u8·s8
+products saturate the int16 sums of AVX2 without VNNI (median cosine 0.85); with ``reduce_range`` (7-bit weights)
+0.945, the 5-NN lists 49 % the float ones, forward pass 0.7× the float CPU seconds; uint8 weights 0.983 but 5.8× the
+CPU seconds. On HAM10000's tuning half (5,007 images; SIFT F 128, k 5; ``benchmarks/bench_onnx_int8.py``) the 7-bit
+model gave recall@501 0.2981 against the float model's 0.2993 (10 of 12 audited pairs each), calibrated on 64 seeded
+crops of scikit-learn's two sample photos (data that ships) or on 128 tuning-half images alike: below the default,
+so not kept. Its forward pass took 0.69× the float CPU seconds.
 """
 
 from __future__ import annotations
@@ -34,6 +42,12 @@ __all__ = ["INFERENCE_BACKENDS", "embed_onnx", "embed_onnx_batches", "onnx_model
 #: how a frozen EfficientNet-Lite runs on the CPU: ONNX Runtime (default) or eager PyTorch
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
 OPSET = 17
+#: ONNX Runtime's ``session.intra_op.allow_spinning``: "0", the pool's idle threads wait without spinning. On the
+#: shared 2-core AMD EPYC box (AVX2, load 5–8), 1,000 HAM10000 files decoded at 160 px in the background thread and
+#: embedded by Lite0 in batches of 64 on 2 intra-op threads, three interleaved rounds: median 11.7 CPU s (12.3 s
+#: wall) without spinning against 12.9 CPU s (15.0 s wall) with it (an earlier three rounds: 11.8 against 13.9 CPU
+#: s); the embeddings were identical bit for bit. Batches of 128 were not better than 64 (11.4 / 12.5 CPU s).
+SPINNING = "0"
 
 
 def onnx_model_path(encoder: Any, artifacts: str | os.PathLike[str]) -> Path:
@@ -99,6 +113,9 @@ def onnx_session(encoder: Any, artifacts: str | os.PathLike[str], *, num_threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    # idle intra-op threads sleep instead of spinning: the file decoding thread and other processes get the
+    # cores back; the rows are the same bit for bit (:data:`SPINNING`)
+    so.add_session_config_entry("session.intra_op.allow_spinning", SPINNING)
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 

@@ -16,7 +16,9 @@ import numpy as np
 
 #: images decoded and embedded at once by the cleaning stage's frozen encoders (memory O(batch)): 64, where ONNX
 #: Runtime gave 67 images/s against 58 at 32 (Lite0 160 px, 2 threads, one probe on the shared 2-core box under
-#: load; not tuned further)
+#: load); 2026-12-07, 1,000 files, three interleaved rounds at load 5–8: 128 took 11.4–11.9 median CPU s against
+#: 11.7–11.8 at 64 (idle threads not spinning) and 32 took 14.3 against 13.9 at 64 (spinning), the rows equal bit for
+#: bit, so it stays 64
 BATCH_SIZE = 64
 
 

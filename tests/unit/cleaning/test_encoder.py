@@ -274,6 +274,19 @@ def test_baseline_embedding_properties() -> None:
         baseline_embedding(x, thumb_size=64)
 
 
+@pytest.mark.parametrize(("h", "w", "t"), [(64, 64, 16), (61, 50, 7), (33, 17, 17), (5, 9, 1)])
+def test_area_downsample_equals_each_cells_mean_bit_for_bit(h, w, t) -> None:
+    """Cells with edges at floor(i·H/t), uneven when t does not divide the side: each value is the float64 mean of
+    the cell's pixels (exact integer sum / count), so the comparison is exact."""
+    x = np.random.default_rng(h * w + t).integers(0, 256, (3, 3, h, w), dtype=np.uint8)
+    ye, xe = (np.arange(t + 1) * h) // t, (np.arange(t + 1) * w) // t
+    ref = np.empty((3, 3, t, t))
+    for a in range(t):
+        for b in range(t):
+            ref[:, :, a, b] = x[:, :, ye[a]:ye[a + 1], xe[b]:xe[b + 1]].astype(np.float64).mean(axis=(2, 3))
+    np.testing.assert_array_equal(_area_downsample(x, t), ref)
+
+
 def test_packages_do_not_import_torch() -> None:
     code = ("import sys; import noisycal_platform.cleaning.encoder, noisycal_platform.cleaning.images, "
             "noisycal_platform.cleaning.baseline, noisycal_platform.cleaning.embedding_cache, "

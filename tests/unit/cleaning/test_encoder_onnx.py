@@ -137,3 +137,24 @@ def test_the_embedding_step_decodes_once_and_equals_the_separate_passes(tmp_path
     np.testing.assert_allclose(emb, ref, rtol=1e-4, atol=1e-6)  # the torch rows, to float32 rounding
     emb2, _, hit2 = embedding_matrices(images, row, tmp_path / "cache", device="cpu", artifacts=artifacts)
     assert hit2 and np.array_equal(emb2, emb)
+
+
+def test_sessions_do_not_spin_and_give_the_spinning_rows_bit_for_bit(artifacts):
+    """The cleaning stage's session lets idle intra-op threads sleep (``SPINNING``); that is a scheduling choice
+    only: on two threads its rows equal those of a session that spins, bit for bit."""
+    import onnxruntime as ort
+
+    from noisycal_platform.cleaning.encoder.onnx_runtime import SPINNING, onnx_session
+
+    enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
+    session = onnx_session(enc, artifacts, num_threads=2)
+    opts = session.get_session_options()
+    assert SPINNING == "0" and opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.intra_op_num_threads == 2
+    spin = ort.SessionOptions()
+    spin.intra_op_num_threads = 2
+    spin.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    spinning = ort.InferenceSession(str(onnx_model_path(enc, artifacts)), spin, providers=["CPUExecutionProvider"])
+    x = _images(6, 64, seed=7)
+    got = session.run(None, {"pixels": x})[0]
+    np.testing.assert_array_equal(got, spinning.run(None, {"pixels": x})[0])
