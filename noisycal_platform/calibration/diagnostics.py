@@ -91,7 +91,7 @@ def _implied_agreement(prior: np.ndarray, fpr: np.ndarray, fnr: np.ndarray, pair
 def _pair_fits(counts: np.ndarray, pats: np.ndarray, prior0: np.ndarray, fpr0: np.ndarray, fnr0: np.ndarray):
     """Two-annotator score-group EM for every pair of columns on (R, G, P) tables: {(j, l): (prior, fpr, fnr)}.
 
-    The pairs run as blocks of one `batched_em` call (each stops on its own, as its own call would)."""
+    The pairs run as one `batched_em` call (each table stops on its own, as its own call would)."""
     k = pats.shape[1]
     r = counts.shape[0]
     sp = np.stack([np.arange(9) % 3, np.arange(9) // 3], axis=1).astype(np.int8)[:8]  # code 8 = neither labelled
@@ -106,8 +106,7 @@ def _pair_fits(counts: np.ndarray, pats: np.ndarray, prior0: np.ndarray, fpr0: n
         fpr_s.append(fpr0[:, [j, l]])
         fnr_s.append(fnr0[:, [j, l]])
     prior_s = np.concatenate([np.broadcast_to(prior0, (r, prior0.shape[-1]))] * len(pairs))
-    fit = batched_em(np.concatenate(tables), sp, prior_s, np.concatenate(fpr_s), np.concatenate(fnr_s),
-                     blocks=np.repeat(np.arange(len(pairs)), r))
+    fit = batched_em(np.concatenate(tables), sp, prior_s, np.concatenate(fpr_s), np.concatenate(fnr_s))
     return {pair: tuple(x[i * r:(i + 1) * r] for x in fit[:3]) for i, pair in enumerate(pairs)}
 
 

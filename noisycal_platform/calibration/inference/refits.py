@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from ..channels import ChannelFit
 from ..nc_ece import PREVALENCE_CLIP
@@ -31,68 +30,29 @@ def batched_em(
     fnr: np.ndarray,
     max_iter: int = 500,
     tol: float = 1e-8,
-    blocks: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """EM for class-conditional binary channels on R pattern-count tables at once (Hanada and Futami 2026 §F.1.1–F.1.2).
+    """EM for class-conditional binary channels on R pattern-count tables (Hanada and Futami 2026 §F.1.1–F.1.2).
 
     counts : (R, G, P) items per (replicate, group, pattern); pats : (P, K) codes 0/1/2 (2 = missing).
     prior : (R, G) start π_g; fpr, fnr : (R, K) starts. The E/M updates are those of
     `channels._em` (products over observed annotators, counts-weighted closed-form M-step, clip to [ε, 1−ε]),
     followed by the global exchange (π, a, b) → (1−π, 1−b, 1−a) where Σ_j δ_j < 0.
-    All tables iterate until every one has converged (largest parameter change < ``tol``) or ``max_iter``.
-    blocks : optional (R,) labels: then each block of rows stops on its own (when all of its rows have
-    converged) and leaves the batch, so one call does the work of one call per block with the same results
-    (tests/unit/calibration/test_inference.py); the iterations left cost one set of numpy calls for all blocks.
+    Each table iterates on its own until its largest parameter change is < ``tol`` or ``max_iter`` steps
+    (`_refit_kernel.em_tables`, compiled), so a table's result does not depend on the other tables of the call.
     Returns (prior, fpr, fnr, converged) with converged (R,) bool: largest parameter change < ``tol`` at the
-    last iteration of the row's block.
+    table's last step.
     """
-    obs1 = (pats == 1).astype(float)
-    obs = (pats != 2).astype(float)
-    obs0 = obs - obs1
-    prior, fpr, fnr = (np.clip(np.array(x, float), EM_EPS, 1 - EM_EPS) for x in (prior, fpr, fnr))
-    n_g = counts.sum(axis=2)
-    done = np.zeros(counts.shape[0], bool)
-    if blocks is not None:
-        block = np.unique(np.asarray(blocks), return_inverse=True)[1].ravel()
-        n_blocks = int(block.max()) + 1 if block.size else 0
-        live = np.arange(counts.shape[0])  # rows of the blocks still iterating
-        out = [prior.copy(), fpr.copy(), fnr.copy(), done.copy()]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for _ in range(max_iter):  # EM iterations, each vectorised over replicates
-            l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ obs0.T  # (R, P)
-            l0 = np.log(fpr) @ obs1.T + np.log1p(-fpr) @ obs0.T
-            logit = (l1 - l0)[:, None, :] + (np.log(prior) - np.log1p(-prior))[:, :, None]
-            w1 = counts * expit(logit)
-            w0 = counts - w1
-            new_prior = np.clip(w1.sum(axis=2) / n_g, EM_EPS, 1 - EM_EPS)
-            w1p, w0p = w1.sum(axis=1), w0.sum(axis=1)
-            new_fpr = np.clip((w0p @ obs1) / (w0p @ obs), EM_EPS, 1 - EM_EPS)
-            new_fnr = np.clip(1.0 - (w1p @ obs1) / (w1p @ obs), EM_EPS, 1 - EM_EPS)
-            change = np.maximum(
-                np.abs(new_prior - prior).max(axis=1),
-                np.maximum(np.abs(new_fpr - fpr).max(axis=1), np.abs(new_fnr - fnr).max(axis=1)),
-            )
-            prior, fpr, fnr = new_prior, new_fpr, new_fnr
-            done = change < tol
-            if blocks is None:
-                if done.all():
-                    break
-                continue
-            blk = block[live]
-            stop = np.bincount(blk, weights=~done, minlength=n_blocks)[blk] == 0  # every row of its block done
-            if stop.any():
-                rows = live[stop]
-                for target, value in zip(out, (prior, fpr, fnr, done), strict=True):
-                    target[rows] = value[stop]
-                keep = ~stop
-                live, prior, fpr, fnr, done = live[keep], prior[keep], fpr[keep], fnr[keep], done[keep]
-                counts, n_g = counts[keep], n_g[keep]
-                if not live.size:
-                    break
-    if blocks is not None:  # rows of blocks that reached max_iter
-        for target, value in zip(out, (prior, fpr, fnr, done), strict=True):
-            target[live] = value
-        prior, fpr, fnr, done = out
+    from ._refit_kernel import em_tables  # numba: compiled (or loaded from its cache) on the first call
+
+    obs1 = (np.asarray(pats) == 1).astype(np.float64)
+    obs0 = (np.asarray(pats) == 0).astype(np.float64)
+    counts = np.ascontiguousarray(counts, dtype=np.float64)
+    r, k = counts.shape[0], obs1.shape[1]
+    prior, fpr, fnr = (
+        np.ascontiguousarray(np.clip(np.broadcast_to(np.asarray(x, np.float64), shape), EM_EPS, 1 - EM_EPS))
+        for x, shape in ((prior, (r, counts.shape[1])), (fpr, (r, k)), (fnr, (r, k)))
+    )
+    done, _ = em_tables(counts, obs1, obs0, prior, fpr, fnr, int(max_iter), float(tol), EM_EPS)
     flip = (1.0 - fpr - fnr).sum(axis=1) < 0
     if flip.any():
         prior[flip], fpr[flip], fnr[flip] = 1.0 - prior[flip], 1.0 - fnr[flip], 1.0 - fpr[flip]

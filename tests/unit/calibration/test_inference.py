@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import pytest
 from scipy import stats
+from scipy.special import expit
 
 from noisycal_platform.calibration import dawid_skene, estimate_channels, nc_ece, score_group_em
 from noisycal_platform.calibration.channels._base import annotation_codes, pattern_counts
@@ -90,40 +91,103 @@ def test_batched_em_matches_dawid_skene_on_each_table():
         assert prior[r, 0] == pytest.approx(f.prevalence, abs=1e-6)
 
 
-def test_batched_em_blocks_equal_one_call_per_block():
-    """Rows in blocks (each stops when all its rows converged, then leaves the batch) give what one `batched_em`
-    call per block gives: random two- and three-annotator tables with missing answers, 1–4 groups, blocks of
-    1–40 rows in shuffled order, tolerances and iteration limits that stop some blocks early and some at the limit.
-    Not bit-identical: BLAS may round a product of (rows, K) by (K, P) differently for another number of rows,
-    ~1e-16 per iteration, visible in relative terms only on parameters pushed towards 0."""
+def _random_em_tables(rng: np.random.Generator, r: int):
+    """Pattern counts around a latent-class model (π_g per group, channels (a, b), each answer missing w.p. 0.2),
+    two or three annotators, 1–4 groups, and random starts."""
+    k, g = int(rng.integers(2, 4)), int(rng.integers(1, 5))
+    pats = np.stack(np.meshgrid(*[np.arange(3)] * k, indexing="ij"), axis=-1).reshape(-1, k)[:-1].astype(np.int8)
+    pi, a, b = rng.uniform(0.1, 0.9, g), rng.uniform(0.02, 0.3, k), rng.uniform(0.02, 0.3, k)
+    seen, one = pats != 2, pats == 1
+    p_pos = np.where(seen, np.where(one, 1 - b, b) * 0.8, 0.2).prod(axis=1)
+    p_neg = np.where(seen, np.where(one, a, 1 - a) * 0.8, 0.2).prod(axis=1)
+    rate = rng.uniform(200, 2000) * (pi[:, None] * p_pos + (1 - pi[:, None]) * p_neg)  # (G, P)
+    counts = rng.poisson(rate, (r, g, pats.shape[0])).astype(float)
+    counts[:, :, 0] += 1.0  # every group has an item
+    starts = (rng.uniform(0.1, 0.9, (r, g)), rng.uniform(0.01, 0.4, (r, k)), rng.uniform(0.01, 0.4, (r, k)))
+    return counts, pats, starts
+
+
+def _reference_em_steps(counts, pats, prior, fpr, fnr, n_steps, exchange=True):
+    """``n_steps`` EM steps on every table at once, written from the formulas (Hanada and Futami 2026 §F.1.1–F.1.2)
+    in numpy: log-likelihoods of each pattern under Y = 1 and Y = 0, posterior by `scipy.special.expit`,
+    counts-weighted M-step, clip to [ε, 1 − ε]; then (``exchange``) the label exchange."""
+    eps = 1e-10
+    obs1 = (pats == 1).astype(float)
+    obs = (pats != 2).astype(float)
+    obs0 = obs - obs1
+    prior, fpr, fnr = (np.clip(np.array(x, float), eps, 1 - eps) for x in (prior, fpr, fnr))
+    n_g = counts.sum(axis=2)
+    for _ in range(n_steps):
+        l1 = np.log1p(-fnr) @ obs1.T + np.log(fnr) @ obs0.T  # (R, P)
+        l0 = np.log(fpr) @ obs1.T + np.log1p(-fpr) @ obs0.T
+        w1 = counts * expit((l1 - l0)[:, None, :] + np.log(prior / (1 - prior))[:, :, None])
+        w0 = counts - w1
+        prior = np.clip(w1.sum(axis=2) / n_g, eps, 1 - eps)
+        w1p, w0p = w1.sum(axis=1), w0.sum(axis=1)
+        fpr = np.clip((w0p @ obs1) / (w0p @ obs), eps, 1 - eps)
+        fnr = np.clip(1.0 - (w1p @ obs1) / (w1p @ obs), eps, 1 - eps)
+    if exchange:
+        flip = (1.0 - fpr - fnr).sum(axis=1) < 0
+        prior[flip], fpr[flip], fnr[flip] = 1.0 - prior[flip], 1.0 - fnr[flip], 1.0 - fpr[flip]
+    return prior, fpr, fnr
+
+
+def test_batched_em_fixed_steps_equal_the_formulas():
+    """With ``tol`` = 0 every table takes exactly ``max_iter`` steps: 1, 2, 7 and 60 steps on random tables equal
+    the numpy reference above at relative 1e-9 (absolute 1e-15 for parameters pushed towards ε; the kernel sums in
+    pattern order, the reference through BLAS, so the last bits differ), and no table reports convergence."""
+    rng = np.random.default_rng(2325)
+    for _ in range(20):
+        counts, pats, starts = _random_em_tables(rng, int(rng.integers(1, 30)))
+        for n_steps in (1, 2, 7, 60):
+            *got, done = batched_em(counts, pats, *starts, max_iter=n_steps, tol=0.0)
+            want = _reference_em_steps(counts, pats, *starts, n_steps)
+            for x, y in zip(got, want, strict=True):
+                np.testing.assert_allclose(x, y, rtol=1e-9, atol=1e-15)
+            assert not done.any()
+
+
+def test_batched_em_table_result_does_not_depend_on_the_batch():
+    """Each table stops on its own test, so its result is the one its own one-table call gives, bit for bit (the
+    same sequential arithmetic), whichever tables share the call; tolerances and limits that stop some tables
+    early and some at the limit."""
     rng = np.random.default_rng(2324)
     n_limited = n_converged = 0
     for _ in range(30):
-        k, g, n_blocks = int(rng.integers(2, 4)), int(rng.integers(1, 5)), int(rng.integers(1, 5))
-        pats = np.stack(np.meshgrid(*[np.arange(3)] * k, indexing="ij"), axis=-1).reshape(-1, k)[:-1].astype(np.int8)
-        sizes = rng.integers(1, 41, n_blocks)
-        blocks = rng.permutation(np.repeat(np.arange(n_blocks) * 7 + 3, sizes))  # any labels, any order
-        r = blocks.size
-        # Poisson counts around a latent-class model: π_g per group, channels (a, b), each answer missing w.p. 0.2
-        pi, a, b = rng.uniform(0.1, 0.9, g), rng.uniform(0.02, 0.3, k), rng.uniform(0.02, 0.3, k)
-        seen, one = pats != 2, pats == 1
-        p_pos = np.where(seen, np.where(one, 1 - b, b) * 0.8, 0.2).prod(axis=1)
-        p_neg = np.where(seen, np.where(one, a, 1 - a) * 0.8, 0.2).prod(axis=1)
-        rate = rng.uniform(200, 2000) * (pi[:, None] * p_pos + (1 - pi[:, None]) * p_neg)  # (G, P)
-        counts = rng.poisson(rate, (r, g, pats.shape[0])).astype(float)
-        counts[:, :, 0] += 1.0  # every group has an item
-        starts = (rng.uniform(0.1, 0.9, (r, g)), rng.uniform(0.01, 0.4, (r, k)), rng.uniform(0.01, 0.4, (r, k)))
+        r = int(rng.integers(2, 60))
+        counts, pats, starts = _random_em_tables(rng, r)
         kw = {"max_iter": int(rng.choice([3, 500, 500])), "tol": float(rng.choice([1e-8, 1e-5]))}
-        got = batched_em(counts, pats, *starts, blocks=blocks, **kw)
-        for b in np.unique(blocks):
-            rows = blocks == b
-            want = batched_em(counts[rows], pats, *(x[rows] for x in starts), **kw)
-            for x, y in zip(got[:3], want[:3], strict=True):  # probabilities: rel 1e-9, or 1e-12 near 0
-                np.testing.assert_allclose(x[rows], y, rtol=1e-9, atol=1e-12)
-            np.testing.assert_array_equal(got[3][rows], want[3])
-            n_converged += bool(want[3].all())
-            n_limited += not want[3].all()
-    assert n_converged >= 15 and n_limited >= 10
+        got = batched_em(counts, pats, *starts, **kw)
+        for row in rng.choice(r, size=min(r, 5), replace=False):
+            want = batched_em(counts[row : row + 1], pats, *(x[row : row + 1] for x in starts), **kw)
+            for x, y in zip(got, want, strict=True):
+                np.testing.assert_array_equal(x[row : row + 1], y)
+            n_converged += bool(want[3][0])
+            n_limited += not want[3][0]
+    assert n_converged >= 40 and n_limited >= 20
+
+
+def test_batched_em_stops_each_table_at_its_own_test():
+    """Each table stops at the first step whose largest parameter change is below ``tol``: its result equals the
+    reference run for exactly that many steps (n = the first step of the reference with a change below tol)."""
+    rng = np.random.default_rng(2326)
+    counts, pats, starts = _random_em_tables(rng, 12)
+    tol = 1e-7
+    *got, done = batched_em(counts, pats, *starts, max_iter=500, tol=tol)
+    assert done.all()
+    for row in range(12):
+        one = (counts[row : row + 1], pats, *(x[row : row + 1] for x in starts))
+        n = next(n for n in range(1, 501) if _max_change(*one, n) < tol)
+        want = _reference_em_steps(*one, n)
+        for x, y in zip(got, want, strict=True):
+            np.testing.assert_allclose(x[row : row + 1], y, rtol=1e-9, atol=1e-15)
+
+
+def _max_change(counts, pats, prior, fpr, fnr, n):
+    """Largest parameter change of step n, by the reference (before the label exchange)."""
+    before = _reference_em_steps(counts, pats, prior, fpr, fnr, n - 1, exchange=False)
+    after = _reference_em_steps(counts, pats, prior, fpr, fnr, n, exchange=False)
+    return max(float(np.abs(x - y).max()) for x, y in zip(before, after, strict=True))
 
 
 def test_folded_normal_mean_is_scipy_foldnorm_mean():
