@@ -17,9 +17,9 @@ a replicate costs O(C·B·(C+1)^K) after its counts are drawn.
   resample (the binary test's device; exact for cells of one item, the usual case for classwise);
 - null (H0): Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
   Π_j T_j[Y_i, a_j] (point-estimate channels, presence kept, scores fixed), one inverse-CDF draw per item from
-  a guide table: exact, with no mean-score approximation per bin. (Multinomial counts over the C^K answer
-  vectors per cell cost more: numpy's sampler visits every category, measured about 14 µs per 343-category
-  draw.)
+  a sorted table (one compiled pass, `_draw_kernel`): exact, with no mean-score approximation per bin.
+  (Multinomial counts over the C^K answer vectors per cell cost more: numpy's sampler visits every category,
+  measured about 14 µs per 343-category draw.)
 
 Channel refits: multi-class Dawid–Skene EM on each replicate's pattern counts (`batched_confusion_em`, Hanada and Futami
 2026
@@ -270,32 +270,13 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
     return draw
 
 
-class _GuidedInverse:
-    """#{entries ≤ v} for a sorted table, by a guide table (Chen & Asau 1974, "On generating random variates
-    from an empirical distribution", AIIE Trans. 6(2)): bucket b of width 1/M starts at #{entries ≤ b/M}, then
-    a short vectorised forward scan; equal to ``searchsorted(table, v, side="right")`` in expected O(1)."""
-
-    def __init__(self, table: np.ndarray, per_unit: int = 1024):
-        self.m = float(per_unit)
-        self.table = np.append(table, np.inf)  # sentinel
-        self.guide = np.searchsorted(table, np.arange(int(np.ceil(table[-1] * per_unit)) + 2) / self.m, side="right")
-
-    def __call__(self, v: np.ndarray) -> np.ndarray:
-        b = np.minimum((v * self.m).astype(np.int64), self.guide.size - 1)
-        idx = self.guide[b]
-        todo = np.flatnonzero(self.table[idx] <= v)
-        while todo.size:  # loop over scan steps (few), each vectorised over the items still scanning
-            idx.flat[todo] += 1
-            todo = todo[self.table[idx.flat[todo]] <= v.flat[todo]]
-        return idx
-
-
 def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Generator):
     """H0: Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
     Π_j T_j[Y_i, a_j]: one inverse-CDF draw over the answer vectors of its presence set; scores fixed."""
+    from ._draw_kernel import null_cells  # numba: compiled (or loaded from its cache) on the first draw
+
     n, c, k = lay.n, lay.c, lay.k
     cum_p = np.cumsum(p, axis=1)[:, :-1]  # (n, C−1): Y = #{c : cum_c ≤ u}
-    cum_cols = [np.ascontiguousarray(cum_p[:, col]) for col in range(c - 1)]
     prob = np.ones((c, lay.n_pat))  # P(pattern | Y = y) over the annotators present in the pattern
     for j in range(k):  # loop over annotators
         prob *= np.where(lay.present[:, j], t[j][:, np.minimum(lay.pats[:, j], c - 1)], 1.0)
@@ -312,19 +293,24 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
         offset += c * pats_m.size
     table, entry_key = np.concatenate(values), np.concatenate(keys)
     row_start, row_last = np.concatenate(row_start), np.concatenate(row_start) + np.concatenate(row_len) - 1
-    inverse = _GuidedInverse(table)
+    # guide table of the compiled search: M buckets per row (a power of two ≥ the longest row, at most 4,096;
+    # q + b/M is exact), guide[q, b] = #{entries ≤ q + b/M}
+    n_buckets = 1 << min(12, int(np.ceil(np.log2(int((row_last - row_start).max()) + 1))))
+    guide = np.searchsorted(table, np.arange(row_start.size)[:, None] + np.arange(n_buckets) / n_buckets, side="right")
     q0 = lay.item_mask * c
     fixed_scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
     fixed_scores[np.arange(lay.n_scells) % lay.n_masks == 0] = 0.0  # unannotated items are never included
+    args = tuple(
+        np.ascontiguousarray(x, dtype=dt)
+        for x, dt in ((cum_p, np.float64), (q0, np.int64), (table, np.float64), (row_start, np.int64),
+                      (row_last, np.int64), (guide, np.int64), (entry_key, np.int64), (lay.slot, np.int64))
+    )
 
     def draw(r: int):
-        u = rng.random((r, n))  # the numbers of rng.random((r, n, 1)), in the same order
-        q = q0 + (u >= cum_cols[0])
-        for col in cum_cols[1:]:  # loop over classes (C − 1 comparisons), each vectorised over items
-            q += u >= col
-        idx = np.clip(inverse(q + rng.random((r, n))), row_start[q], row_last[q])
-        cell = (lay.slot[None] + entry_key[idx][:, :, None] + (np.arange(r) * lay.n_cells)[:, None, None]).ravel()
-        cells = np.bincount(cell, minlength=r * lay.n_cells).reshape(r, lay.n_cells).astype(float)
+        u = rng.random((r, n))  # the class draw, then the answer-vector draw: the stream order of the numpy form
+        v = rng.random((r, n))
+        cells = np.zeros((r, lay.n_cells))
+        null_cells(u, v, *args, cells)
         return cells, fixed_scores
 
     return draw

@@ -120,16 +120,43 @@ def test_fixed_channels_give_a_bootstrap_that_reproduces_the_point_value():
             assert value[0] == pytest.approx(ref.value, rel=1e-9), (kind, rule)
 
 
-def test_guided_inverse_cdf_equals_searchsorted():
-    """The null sampler's guide-table lookup is #{entries ≤ v}, numpy's searchsorted(side="right"), exactly."""
-    from noisycal_platform.calibration.multiclass.inference import _GuidedInverse
+def test_null_draw_kernel_equals_searchsorted_and_bincount():
+    """The compiled null draw counts, per replicate, what the numpy form does with whole arrays: class
+    y = #{c : u ≥ F_i(c)}, entry = searchsorted(table, q + v, "right") clipped to row q, one count per row g in
+    cell slot[i, g] + key[entry]; exactly (integer counts), with guide tables of 1, 16 and 1,024 buckets. Rows
+    with zero-probability patterns (repeated CDF values), uniforms equal to table offsets, two and five classes,
+    one and three rows per item."""
+    from noisycal_platform.calibration.multiclass._draw_kernel import null_cells
 
     rng = np.random.default_rng(8)
-    rows = [q + np.cumsum(rng.dirichlet(np.full(40, 0.1))) for q in range(12)]
-    table = np.sort(np.concatenate(rows))
-    v = rng.random((20, 500)) * 12
-    v.flat[:100] = table[rng.integers(0, table.size, 100)]  # ties with table entries
-    np.testing.assert_array_equal(_GuidedInverse(table)(v), np.searchsorted(table, v, side="right"))
+    for c, n_rows, n_masks in ((2, 1, 3), (5, 3, 4), (5, 1, 8)):
+        n, n_rep, per_row = 400, 7, 9
+        rows = []
+        for _ in range(n_masks * c):
+            pr = rng.dirichlet(np.full(per_row, 0.3))
+            pr[rng.random(per_row) < 0.3] = 0.0  # zero-probability patterns: flat CDF steps
+            pr[-1] += 1.0 - pr.sum()
+            rows.append(np.cumsum(pr))
+        table = np.concatenate([q + cdf for q, cdf in enumerate(rows)])
+        row_start = per_row * np.arange(n_masks * c)
+        row_last = row_start + per_row - 1
+        entry_key = rng.integers(0, 50, table.size)
+        cum_p = np.cumsum(rng.dirichlet(np.ones(c), n), axis=1)[:, :-1]
+        q0 = rng.integers(0, n_masks, n) * c
+        n_cells = 50 + 60 * n_rows
+        slot = rng.integers(0, 60 * n_rows, (n, n_rows))
+        u, v = rng.random((n_rep, n)), rng.random((n_rep, n))
+        u[:, :20] = cum_p[:20, 0]  # ties with the class CDF
+        v[:, :20] = 0.0  # q + v equal to the row offset
+        q = q0 + (u[..., None] >= cum_p).sum(axis=2)
+        entry = np.clip(np.searchsorted(table, q + v, side="right"), row_start[q], row_last[q])
+        want = np.stack([np.bincount((slot + entry_key[e][:, None]).ravel(), minlength=n_cells) for e in entry])
+        for n_buckets in (1, 16, 1024):  # the guide is only a lower bound: any bucket count gives the same draw
+            guide = np.searchsorted(table, np.arange(row_start.size)[:, None] + np.arange(n_buckets) / n_buckets,
+                                    side="right")
+            got = np.zeros((n_rep, n_cells))
+            null_cells(u, v, np.ascontiguousarray(cum_p), q0, table, row_start, row_last, guide, entry_key, slot, got)
+            np.testing.assert_array_equal(got, want)
 
 
 def test_unidentified_replicates_are_counted_not_hidden():
