@@ -65,3 +65,32 @@ def test_replay_matches_the_pipelines_effective_answers(fx, seed):
             part = conf.filter(pl.col("issue_type") == issue_type)
             assert counts[role]["unanimous"] == int(part["unanimous"].sum()), (role, issue_type)
             assert counts[role]["majority"] == int(part["majority"].sum()), (role, issue_type)
+
+
+def test_kept_replays_equal_fresh_ones_and_follow_every_change():
+    """`effective_answers` keeps recent results: a kept result equals a fresh replay (`_replay_effective`), the
+    caller's copies can be changed without touching the next answer, and a log that changed in any field
+    (an answer flipped, an undo added) is replayed again rather than served from the kept results."""
+    from noisycal_platform.confirm_app import answers as answers_mod
+
+    records = [
+        {"answer_id": f"{i:032x}", "dataset": "d", "issue_type": "near_duplicate", "item_id": f"a{i}.png",
+         "item_id_2": f"b{i}.png", "annotator_id": "e1", "role": "expert", "answer": "yes" if i % 3 else "no",
+         "undoes": None, "position": i, "timestamp": f"2026-12-07T05:00:{i:02d}.000000Z"}
+        for i in range(40)
+    ]
+    first = answers_mod.effective_answers(records, "d", "near_duplicate")
+    assert first == answers_mod._replay_effective(records, "d", "near_duplicate") and len(first) == 40
+    first[0]["answer"] = "changed by the caller"
+    again = answers_mod.effective_answers(records, "d", "near_duplicate")
+    assert again == answers_mod._replay_effective(records, "d", "near_duplicate")
+    flipped = [dict(r) for r in records]
+    flipped[5]["answer"] = "no" if flipped[5]["answer"] == "yes" else "yes"
+    got = answers_mod.effective_answers(flipped, "d", "near_duplicate")
+    assert got[5]["answer"] == flipped[5]["answer"] != again[5]["answer"]
+    undo = {**records[-1], "answer_id": f"{99:032x}", "answer": "undo", "undoes": records[-1]["answer_id"],
+            "timestamp": "2026-12-07T05:01:00.000000Z"}
+    assert [r["answer_id"] for r in answers_mod.effective_answers([*records, undo], "d", "near_duplicate")] == [
+        r["answer_id"] for r in records[:-1]
+    ]
+    assert answers_mod.effective_answers(records, "d", "other_dataset") == []
