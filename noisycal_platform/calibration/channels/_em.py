@@ -114,13 +114,13 @@ def run_em_batched(
     """`run_em` from S starts at once: prior (S, G), fpr and fnr (S, K) → one `EMRun` per start, in order.
 
     Every start runs its own EM and stops on its own test (largest parameter change < ``tol``, ``max(...)``
-    taken as `run_em` does); a start that has stopped leaves the batch. Each start's arithmetic is the
-    same numpy operation sequence as `run_em`'s: the pattern sums are stacked matrix–vector products
-    ((P, K) @ (S, K, 1), (S, 1, P) @ (P, K): one BLAS gemv per start, the call `run_em` makes), the group
-    sums one `np.bincount` with a group offset per start, the rest elementwise; so the runs equal `run_em`'s
-    (tests/unit/calibration/channels/test_em_batched.py compares them on random tables). What is saved is the
-    per-call overhead of numpy on these small arrays, paid once per iteration instead of once per start.
+    taken as `run_em` does), in one compiled loop (`_em_kernel.em_starts`: the same formulas in the same order,
+    sums sequential in cell order, so the runs equal `run_em`'s to rounding; tests/unit/calibration/channels/
+    test_em_batched.py compares them on random tables). What is saved is numpy's per-call overhead on these
+    small arrays, up to 5,000 steps per start.
     """
+    from ._em_kernel import em_starts  # numba: compiled (or loaded from its cache) on the first call
+
     obs1 = (pats == 1).astype(float)
     obs = (pats != 2).astype(float)
     obs0 = obs - obs1
@@ -130,48 +130,21 @@ def run_em_batched(
     n_starts = prior.shape[0]
     if fpr.shape[0] != n_starts or fnr.shape[0] != n_starts:
         raise ValueError(f"starts disagree: prior {prior.shape}, fpr {fpr.shape}, fnr {fnr.shape}")
+    grp = np.ascontiguousarray(grp, dtype=np.int64)
+    counts = np.ascontiguousarray(counts, dtype=np.float64)
+    n_cells, k = obs1.shape
+    if prior.shape != (n_starts, n_groups) or fpr.shape != (n_starts, k) or fnr.shape != (n_starts, k):
+        raise ValueError(f"starts must be prior (S, {n_groups}), fpr and fnr (S, {k}); got {prior.shape}, "
+                         f"{fpr.shape}, {fnr.shape}")
+    groups_ok = n_cells == 0 or 0 <= grp.min() <= grp.max() < n_groups
+    if grp.shape != (n_cells,) or counts.shape != (n_cells,) or not groups_ok:
+        raise ValueError(f"grp and counts must have one entry per pattern cell ({n_cells}), groups in [0, {n_groups})")
     n_per_group = np.bincount(grp, weights=counts, minlength=n_groups)
-    out_prior, out_fpr, out_fnr = prior.copy(), fpr.copy(), fnr.copy()
-    n_iter = np.full(n_starts, max_iter)
-    converged = np.zeros(n_starts, bool)
-    live = np.arange(n_starts)  # starts still iterating; their rows in prior, fpr, fnr
-    with np.errstate(invalid="ignore", divide="ignore"):
-        for it in range(1, max_iter + 1):  # EM iterations, each vectorised over the live starts
-            # E-step (`_e_step`, per start)
-            l1 = (obs1 @ np.log(1.0 - fnr)[:, :, None])[:, :, 0] + (obs0 @ np.log(fnr)[:, :, None])[:, :, 0]
-            l1 = l1 + np.log(prior)[:, grp]
-            l0 = (obs1 @ np.log(fpr)[:, :, None])[:, :, 0] + (obs0 @ np.log(1.0 - fpr)[:, :, None])[:, :, 0]
-            l0 = l0 + np.log(1.0 - prior)[:, grp]
-            m = np.maximum(l0, l1)
-            ll = m + np.log(np.exp(l0 - m) + np.exp(l1 - m))
-            gamma = np.exp(l1 - ll)
-            # M-step (`_m_step`, per start)
-            w1 = counts * gamma
-            w0 = counts - w1
-            offset = (np.arange(live.size) * n_groups)[:, None]
-            new_prior = np.bincount((grp + offset).ravel(), weights=w1.ravel(), minlength=live.size * n_groups)
-            new_prior = new_prior.reshape(live.size, n_groups) / n_per_group
-            w0r, w1r = w0[:, None, :], w1[:, None, :]
-            new_fpr = (w0r @ obs1)[:, 0, :] / (w0r @ obs)[:, 0, :]
-            new_fnr = 1.0 - (w1r @ obs1)[:, 0, :] / (w1r @ obs)[:, 0, :]
-            new_fpr = np.minimum(np.maximum(np.where(np.isnan(new_fpr), 0.5, new_fpr), EPS), 1 - EPS)
-            new_fnr = np.minimum(np.maximum(np.where(np.isnan(new_fnr), 0.5, new_fnr), EPS), 1 - EPS)
-            new_prior = np.minimum(np.maximum(new_prior, EPS), 1 - EPS)
-            # run_em's change = max(c_prior, c_fpr, c_fnr) (Python max: a later value replaces only if greater)
-            change = np.abs(new_prior - prior).max(axis=1)
-            for c in (np.abs(new_fpr - fpr).max(axis=1), np.abs(new_fnr - fnr).max(axis=1)):
-                change = np.where(c > change, c, change)
-            prior, fpr, fnr = new_prior, new_fpr, new_fnr
-            stop = change < tol
-            if stop.any():
-                done = live[stop]
-                out_prior[done], out_fpr[done], out_fnr[done] = prior[stop], fpr[stop], fnr[stop]
-                n_iter[done], converged[done] = it, True
-                keep = ~stop
-                live, prior, fpr, fnr = live[keep], prior[keep], fpr[keep], fnr[keep]
-                if not live.size:
-                    break
-    out_prior[live], out_fpr[live], out_fnr[live] = prior, fpr, fnr  # max_iter reached
+    out_prior, out_fpr, out_fnr = (np.ascontiguousarray(x) for x in (prior, fpr, fnr))
+    n_iter, converged = em_starts(
+        np.ascontiguousarray(obs1), np.ascontiguousarray(obs0), np.ascontiguousarray(obs), grp, counts,
+        n_per_group, out_prior, out_fpr, out_fnr, int(max_iter), float(tol), EPS,
+    )
     runs = []
     for s in range(n_starts):  # loop over starts (few): the final log-likelihood, as run_em computes it
         _, ll_s = _e_step(obs1, obs0, grp, out_prior[s], out_fpr[s], out_fnr[s])

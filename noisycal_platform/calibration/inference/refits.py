@@ -47,6 +47,8 @@ def batched_em(
     obs1 = (np.asarray(pats) == 1).astype(np.float64)
     obs0 = (np.asarray(pats) == 0).astype(np.float64)
     counts = np.ascontiguousarray(counts, dtype=np.float64)
+    if counts.ndim != 3 or counts.shape[2] != obs1.shape[0]:
+        raise ValueError(f"counts must be (R, G, {obs1.shape[0]}) for {obs1.shape[0]} patterns, got {counts.shape}")
     r, k = counts.shape[0], obs1.shape[1]
     prior, fpr, fnr = (
         np.ascontiguousarray(np.clip(np.broadcast_to(np.asarray(x, np.float64), shape), EM_EPS, 1 - EM_EPS))

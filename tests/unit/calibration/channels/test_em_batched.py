@@ -1,8 +1,9 @@
-"""The batched multi-start EM (`run_em_batched`, behind `fit_em_multistart`) against the looped reference: one
-`run_em` per start, then orientation, screening and the choice of the best start as `fit_em_multistart` did
-before it was batched (`_multistart_looped` below). Random pattern tables of 1–5 groups and 2–5 annotators with
-missing answers, random starts, short and full iteration limits, an annotator without information (screening),
-starts that converge to the label-exchanged optimum (orientation) and tables where no start passes the screen."""
+"""The batched multi-start EM (`run_em_batched`, a compiled loop behind `fit_em_multistart`) against the numpy
+looped reference: one `run_em` per start, then orientation, screening and the choice of the best start as
+`fit_em_multistart` did before it was batched (`_multistart_looped` below; the best start up to ties). Random
+pattern tables of 1–5 groups and 2–5 annotators with missing answers, random starts, short and full iteration
+limits, an annotator without information (screening), starts that converge to the label-exchanged optimum
+(orientation) and tables where no start passes the screen."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def _multistart_looped(pats, grp, counts, n_groups, n_starts, seed, min_gap, ini
         raise NotIdentifiableError("no start passed")
     best = max(ok, key=lambda r: r.log_likelihood)
     return best, {"n_starts": len(runs), "starts_accepted": len(ok),
-                  "start_log_likelihoods": [float(r.log_likelihood) for r in runs]}
+                  "start_log_likelihoods": [float(r.log_likelihood) for r in runs], "accepted": ok}
 
 
 def _table(rng: np.random.Generator, uninformative: bool = False):
@@ -60,6 +61,14 @@ def _table(rng: np.random.Generator, uninformative: bool = False):
     _, grp = np.unique(grp, return_inverse=True)  # groups without items dropped, as the estimators do
     pats = np.stack([(pat // 3**j) % 3 for j in range(k)], axis=1).astype(np.int8)
     return pats, grp.astype(np.int64), counts.astype(float), int(grp.max()) + 1
+
+
+def _same_run(got: EMRun, want: EMRun) -> bool:
+    try:
+        _assert_same_run(got, want)
+    except AssertionError:
+        return False
+    return True
 
 
 def _assert_same_run(got: EMRun, want: EMRun) -> None:
@@ -113,7 +122,11 @@ def test_multistart_equals_the_looped_reference(orient):
                 fit_em_multistart(*args, **kw)
             continue
         got, got_info = fit_em_multistart(*args, **kw)
-        _assert_same_run(got, want)
+        # the best start, up to ties: starts that reach the same optimum differ in log-likelihood by rounding
+        # only (the compiled and the numpy EM sum in different orders), so either may be picked
+        tied = [r for r in want_info["accepted"]
+                if r.log_likelihood >= want.log_likelihood - 1e-9 * abs(want.log_likelihood)]
+        assert any(_same_run(got, r) for r in tied), (got, tied)
         n_converged += want.converged
         assert got_info["n_starts"] == want_info["n_starts"]
         assert got_info["starts_accepted"] == want_info["starts_accepted"]
