@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._kernels import BLOCK_ELEMS, as_unit_embeddings, exact_dists, floor32, screen_margin
+from ._lowp import single_thread_torch
 
 __all__ = [
     "LocalFeatures",
@@ -375,7 +376,10 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     m1 = torch.zeros((n_pairs, f), dtype=idx_t)  # image-1 keypoint of each match, packed at the front
     m2 = torch.zeros((n_pairs, f), dtype=idx_t)  # its nearest image-2 keypoint
     count = torch.zeros(n_pairs, dtype=torch.int64)
-    with torch.no_grad():
+    # one intra-op thread (restored on exit): the ops are many and small, and torch's OpenMP pool spin-waits between
+    # them, so with two threads the idle one burnt most of the CPU time (2,000 HAM10000 images, 8,007 pairs:
+    # 13-14 CPU s with two threads, 2.2 with one, the same counts, and no faster in wall time with two)
+    with torch.no_grad(), single_thread_torch():
         sq = torch.zeros(valid.shape, dtype=torch.float32)  # ‖d‖² of every descriptor (N×F), in blocks of images
         for r in range(0, sq.shape[0], 1024):
             d = desc[r:r + 1024].float()
