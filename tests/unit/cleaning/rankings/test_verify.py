@@ -106,6 +106,19 @@ def test_rotated_copies_verify_and_different_textures_do_not(scene):
     np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=64))  # batching-independent
 
 
+def test_verify_runs_on_one_torch_thread_and_restores_the_count(scene):
+    torch = pytest.importorskip("torch")
+    pairs = np.array([[0, 1], [0, 2], [3, 4], [0, 3], [1, 4], [2, 3]])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        inl = verify_pairs(scene, pairs)
+        assert torch.get_num_threads() == 2  # the caller's count is back
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=1))  # pair by pair, the same counts
+
+
 def test_verify_rejects_bad_arguments(scene):
     with pytest.raises(ValueError, match="indices"):
         verify_pairs(scene, np.array([[0, 9]]))
@@ -248,7 +261,7 @@ def test_reranked_table_is_the_verified_dino_ranking_and_the_plain_baseline_one(
     assert calls == [base.shape]  # the baseline's plain pass only
     monkeypatch.setattr(formulas, "rank_near_duplicates", plain_pass)
 
-    feats = sift_from_files(paths, max_side=pipeline_rankings.VERIFY_MAX_SIDE)
+    feats = sift_from_files(paths, max_side=pipeline_rankings.VERIFY_MAX_SIDE, scale=pipeline_rankings.VERIFY_SCALE)
     want = verified_near_duplicates(dino, feats, k=3)
     got = pairs.filter(pl.col("embedding_kind") == "dino").sort("rank")
     files = images["file_name"].to_list()
