@@ -48,11 +48,6 @@ OPSET = 17
 #: wall) without spinning against 12.9 CPU s (15.0 s wall) with it (an earlier three rounds: 11.8 against 13.9 CPU
 #: s); the embeddings were identical bit for bit. Batches of 128 were not better than 64 (11.4 / 12.5 CPU s).
 SPINNING = "0"
-#: ONNX Runtime's ``session.set_denormal_as_zero``: "1", subnormal floats (|x| < 1.2e-38) inside the network are
-#: flushed to zero (DAZ/FTZ), which x86 handles far more slowly. 512 HAM10000 images at 160 px on 2 intra-op threads,
-#: two interleaved rounds on the shared 2-core AMD EPYC (load 6-7): 4.8-4.9 CPU s against 5.2-5.4 without it, the
-#: rows identical bit for bit (they can differ only where a subnormal intermediate reaches the output).
-DENORMAL_AS_ZERO = "1"
 
 
 def onnx_model_path(encoder: Any, artifacts: str | os.PathLike[str]) -> Path:
@@ -121,7 +116,6 @@ def onnx_session(encoder: Any, artifacts: str | os.PathLike[str], *, num_threads
     # idle intra-op threads sleep instead of spinning: the file decoding thread and other processes get the
     # cores back; the rows are the same bit for bit (:data:`SPINNING`)
     so.add_session_config_entry("session.intra_op.allow_spinning", SPINNING)
-    so.add_session_config_entry("session.set_denormal_as_zero", DENORMAL_AS_ZERO)  # :data:`DENORMAL_AS_ZERO`
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 

@@ -158,23 +158,3 @@ def test_sessions_do_not_spin_and_give_the_spinning_rows_bit_for_bit(artifacts):
     x = _images(6, 64, seed=7)
     got = session.run(None, {"pixels": x})[0]
     np.testing.assert_array_equal(got, spinning.run(None, {"pixels": x})[0])
-
-
-def test_sessions_flush_subnormals_and_give_the_rows_of_a_session_that_does_not(artifacts):
-    """Subnormal intermediates are flushed to zero (``DENORMAL_AS_ZERO``): a change below 1.2e-38 per value, so the
-    rows equal those of a session without it to float32 rounding (on these images bit for bit)."""
-    import onnxruntime as ort
-
-    from noisycal_platform.cleaning.encoder.onnx_runtime import DENORMAL_AS_ZERO, onnx_session
-
-    enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
-    session = onnx_session(enc, artifacts, num_threads=2)
-    opts = session.get_session_options()
-    assert DENORMAL_AS_ZERO == "1" and opts.get_session_config_entry("session.set_denormal_as_zero") == "1"
-    plain = ort.SessionOptions()
-    plain.intra_op_num_threads = 2
-    plain.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    other = ort.InferenceSession(str(onnx_model_path(enc, artifacts)), plain, providers=["CPUExecutionProvider"])
-    x = _images(6, 64, seed=11)
-    got, want = session.run(None, {"pixels": x})[0], other.run(None, {"pixels": x})[0]
-    np.testing.assert_array_equal(got, want)
