@@ -105,6 +105,69 @@ and 7.9 → 9.0): the embedding part (forward pass + baseline, one decode; less 
 wall; recall@1000 0.432 and 1 of 1 audited in both. The whole-set table above was not rerun (at this load a run
 takes about 45 minutes); the lead's quiet rerun is the command at the top with ``--fastdup-python``.
 
+Issue 22 item 1, 2026-12-07 (branch ham22e), four cuts; the first three give the same tables bit for bit:
+(1) with rerank the DINO kind's plain top-k pairs, which the verified ranking replaces, are no longer computed
+(7.7 CPU s on all images); (2) ``verify_pairs`` runs on one torch thread: torch's OpenMP pool spin-waited between
+its many small ops (2,000 images at load 2.3: 15.0 → 3.2 CPU s; on a quieter box 4.3 → 2.6); (3) without int8
+units the rankings screen with the float32 rows (``_lowp.Float32Rows``): the int8 margin on the 832-column
+baseline was 0.207, so 3.6 million pairs were re-evaluated in float64 (all 10,015 images: baseline near-duplicates
+15.5 → 4.6 CPU s, label errors 6.5 → 2.1 and 7.1 → 2.9); (4) the result-changing one, by the rule stated in
+``bench_ham10000_tune.py`` before its grid: SIFT at half size with 96 keypoints (``VERIFY_SCALE``,
+``verify.SIFT_FEATURES``; whole set recall@1000 0.296, 15 of 20 audited, recall@3207 0.307 against 0.323;
+evaluation half recall@499 0.3019, 5 of 8). Tried and reverted: ONNX Runtime's ``session.set_denormal_as_zero``
+(512 images 5.2–5.4 → 4.8–4.9 CPU s, all 10,015 rows identical bit for bit), because it leaves FTZ/DAZ set in the
+calling thread, so numpy work later in the same process (the rankings, in the tick) flushes subnormals too.
+
+All 10,015 images, after: at 2f8cda8 (with the subnormal flush, since reverted; load 3.9 before, 1.8 after) and at
+caa662a (without it; load 5.2 → 4.8), beside the 03:28 run above at ecb3bec (before; load 3.6 → 5.5); nice 10, the
+lead's tests on the other core part of the time, so CPU seconds of runs at different loads compare only roughly
+(see above):
+
+| part | before wall / CPU s | 2f8cda8 wall / CPU s | caa662a wall / CPU s |
+|---|---|---|---|
+| noisycal datasets add | 1.4 / 1.5 | 0.9 / 0.9 | 1.5 / 1.2 |
+| steps raw__reference_labels, raw__images, cleaning__ssl_encoder | 10.4 | 9.0 | 12.3 |
+| step cleaning__embeddings: forward pass + baseline, one decode | 58.3 / 109.8 | 89.5 / 137.7 | 142.5 / 133.6 |
+| step cleaning__rank_irrelevant | 5.0 | 7.2 | 18.5 |
+| step neighbour_rankings: SIFT (after: half size, 96 keypoints) | 60.2 / 105.1 | 41.7 / 76.9 | 75.0 / 64.4 |
+| — exact k-NN candidates (k = 5) | 5.5 / 5.3 | 4.2 / 7.3 | 5.9 / 5.9 |
+| — geometric verification | 38.2 / 37.2 | 13.1 / 12.9 | 10.4 / 10.2 |
+| — the plain rankings (after: baseline near-duplicates, both label errors), I/O | 18.0 | 6.1 | 12.6 |
+| cleaning/confirmation_queue, ranking_vs_truth, asset checks | 2.7 | 2.6 | 2.9 |
+| tick start-up and Dagster between steps | 22.4 | 21.3 | 28.5 |
+| **total** | **222.5 / 330.8** | **196.0 / 285.5** | **311.0 / 264.5** |
+
+Recall@1000 0.296, recall@3207 0.307, 15 of 20 audited in both after-runs; the embeddings of caa662a equal those of
+the runs with the flush bit for bit. The embedding step's CPU seconds moved with the load, not the code (127.0,
+128.6, 137.7, 133.6 in the four whole-set runs of the morning): on this virtual machine the same forward pass costs
+more CPU seconds when both cores are free to run it. The run at 36216fa (cuts 1, 2, 4 and the flush; load 6.4 →
+3.6) had fastdup in the same run: ours 282.8 s wall, 285 CPU s; fastdup 2.54 ``fd.run()`` 277.5 s, its process
+286.3 s wall and 268 CPU s, recall@1000 0.115, 10 of 20 audited (ours / ``fd.run()`` 1.02 at that load; fastdup's
+CPU seconds grow with the load too: 205 on the quiet box).
+
+Before / after on the first 2,000 images, back to back, twice (``--noisycal`` of /work/main at f7ce6ff, whose
+cleaning code is that of d46ef27, then this checkout at 2f8cda8, with the since-reverted flush; 05:57–06:02 UTC,
+load 1.4–1.7; wall / CPU s):
+
+| part | before, 1st | after, 1st | before, 2nd | after, 2nd |
+|---|---|---|---|---|
+| embedding forward pass + baseline, one decode | 18.8 / 33.3 | 20.3 / 36.1 | 21.6 / 37.7 | 16.0 / 28.7 |
+| SIFT | 17.1 / 33.2 | 8.4 / 15.8 | 18.5 / 36.0 | 6.4 / 12.1 |
+| geometric verification | 2.4 / 4.7 | 2.6 / 2.6 | 2.0 / 3.9 | 2.5 / 2.5 |
+| rest of the neighbour_rankings step | 2.6 | 1.3 | 3.2 | 1.2 |
+| tick start-up and Dagster between steps | 20.8 | 21.4 | 21.0 | 18.3 |
+| **total** | **73.8 / 106.9** | **66.8 / 89.8** | **79.8 / 115.7** | **55.4 / 74.5** |
+
+On these 2,000 images the half-size SIFT lowers recall@1000 from 0.432 to 0.408 (1 of 1 audited in both); the
+setting was chosen on the tuning half and checked on the whole set and the evaluation half, where it held. The
+issue's goal (wall time at most fastdup's ``fd.run()``, quiet: 102 s) is **not met**: the forward pass (110–138 CPU
+s) and SIFT (62–77 CPU s at half size) alone are about 170–215 CPU s, about 85–107 s on two fully used cores, and
+tick start-up with Dagster between steps adds about 21 s on one core. No quiet whole-set run was possible this
+morning; the quiet figure is the lead's command at the top (``--fastdup-python``). What is left: the Lite0 forward pass
+(int8 lost tuning-half recall, ``bench_onnx_int8.py``; a smaller input would change every DINO ranking, not only
+the near-duplicates), OpenCV's SIFT detection, and Dagster's fixed cost (automation evaluation, run creation,
+event log: about 2 s per run, six runs).
+
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
 the read-back of its pairs is in the note) and recall@1000 (goal ≥ 0.29). ``--quick`` is ``--limit 300``.

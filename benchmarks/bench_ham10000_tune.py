@@ -76,7 +76,14 @@ audited (the full-size F 128 default: 0.302, 5 of 8); SIFT 25.5 CPU s for 5,008 
 Through the platform on all 10,015 images (``bench_ham10000_platform.py``, beside the full-size default in the same
 hour) it put **14** of the 20 audited pairs in the top 1,000 (full size: 15), recall@1000 0.296 (0.296), so by the
 rule it is not the default; the next settings by cost (0.5 with F 96, then F 128) could not be run through the
-platform before the session's deadline, and the default stays full size with F 128 (``VERIFY_SCALE`` = 1).
+platform before the session's deadline, and the default stayed full size with F 128 (``VERIFY_SCALE`` = 1).
+The next-cheapest by the same rule, 0.5 with F 96 and k 5 (recall@501 0.2999, 10 of 12), through the platform on
+all 10,015 images on 2026-12-07 (``bench_ham10000_platform.py``, load 2.1 → 6.9): recall@1000 0.296, recall@3207
+0.307 (full size with F 128: 0.323), **15 of 20** audited in the top 1,000, SIFT 62.5 CPU s for the 10,015 images
+at that load; so it is the default since then (``VERIFY_SCALE`` = 0.5, ``verify.SIFT_FEATURES`` = 96). Evaluation
+half, once after the choice (``--half evaluation --sizes 160 --settings 0.5:96,1.0:128 --ks 5``, 2026-12-07, load
+6–9): 0.5 with F 96 recall@499 0.3019, 5 of 8 audited; full size with F 128 in the same run 0.3025, 5 of 8; SIFT
+34.2 against 73.1 CPU s for the 5,008 images; verification 5.1 / 5.2 CPU s (one torch thread since 7d716d9).
 This script on the whole set (``--half all --settings 0.5:64,0.5:96,0.5:128 --ks 5``, library path, not the
 platform's) gave 0.5 with F 64: recall@1000 0.2975 and 15 of 20 — the platform's ranking differs from it in the
 last places of the top 1,000, so only the platform's count decides.

@@ -11,7 +11,8 @@ The rule, from what was measured on each kind of data:
   chosen on the tuning half (benchmarks/bench_ham10000_tune.py: recall@501 of the half's pairs 0.2993 against
   0.2981 for k = 10 with 256 keypoints, the same 10 of 12 audited pairs, half the pairs to verify); on the whole
   set recall@1000 0.296 and 15 of 20 audited pairs, as before, but recall@3207 0.323 against 0.362 (fewer
-  candidates);
+  candidates). Since 2026-12-07 SIFT keeps 96 keypoints of the half-size image (``pipeline.rankings.VERIFY_SCALE``,
+  chosen by the same tuning rule): whole set recall@1000 0.296, 15 of 20 audited, recall@3207 0.307;
 * **tiny images** (smaller median short side): the DINO ViT trained on the dataset's own images with the seed's
   embedding-distance ranking (Gröger et al. 2023 §3.2, §3.6). On the 32 px demo digits it beats the non-learned baseline
   (near-duplicate AUROC 0.800 against 0.763; benchmarks/bench_dino_demo.py) where the frozen Lite0 does not (0.736

@@ -30,6 +30,7 @@ from noisycal_platform.cleaning.rankings.types import PairRanking, Ranking
 
 __all__ = [
     "BLOCK_BYTES",
+    "RERANKED_KIND",
     "ROW_BLOCKS",
     "VERIFY_MAX_SIDE",
     "VERIFY_SCALE",
@@ -53,11 +54,18 @@ BLOCK_BYTES = 256 * 2**20
 VERIFY_MAX_SIDE = 512
 #: SIFT verification runs on the images resized by this factor after the ``VERIFY_MAX_SIDE`` shrink
 #: (``verify.sift_from_files(scale=)``; OpenCV doubles its input first, so 0.5 is about the scale space of the image
-#: without that upsampled octave). Stays 1: on HAM10000's tuning half the rule of benchmarks/bench_ham10000_tune.py
-#: picked 0.5 with 64 keypoints (recall@501 0.3012 against 0.2993, 10 of 12 audited; SIFT 25.7 against 69.1 CPU s),
-#: but through the platform on all 10,015 images it put 14 of the 20 audited pairs in the top 1,000 against 15
-#: (recall@1000 0.296 both; benchmarks/bench_ham10000_platform.py), and the issue keeps that count unchanged.
-VERIFY_SCALE = 1.0
+#: without that upsampled octave): 0.5, with 96 keypoints (``verify.SIFT_FEATURES``). Rule of
+#: benchmarks/bench_ham10000_tune.py, stated there before its grid ran on HAM10000's tuning half: the cheapest
+#: setting whose recall@501 is at least the then default's (scale 1, 128 keypoints, k = 5: 0.2993) − 0.005 with no
+#: fewer audited pairs (10 of 12), and on all 10,015 images through the platform still 15 of the 20 audited pairs
+#: in the top 1,000, else the next-cheapest. Its first pick, 0.5 with 64 keypoints (0.3012, 10 of 12), put 14 of 20
+#: there (recall@1000 0.296); the next, 0.5 with 96 (0.2999, 10 of 12), put 15 of 20, recall@1000 0.296, recall@3207
+#: 0.307 (0.323 at full size; 2026-12-07, benchmarks/bench_ham10000_platform.py). SIFT CPU seconds on the tuning
+#: half: 30.5 against 69.1 at full size with 128 (load 13–18).
+VERIFY_SCALE = 0.5
+#: the embedding kind whose near-duplicate ranking ``rerank`` replaces by the verified one (the baseline keeps its
+#: plain ranking); its plain top-k pairs are then never computed
+RERANKED_KIND = "dino"
 
 
 def rank_irrelevant(images: pl.DataFrame, embeddings: pl.DataFrame) -> pl.DataFrame:
@@ -126,15 +134,23 @@ def neighbour_rankings(
     functions' (pair for pair, score for score)."""
     files = image_files(images)
     labels = files["label"].to_numpy()
+    # with ``rerank`` the verified ranking replaces the DINO kind's plain one, which is then not computed
+    plain_kinds = [kind for kind in EMBEDDING_KINDS if not (rerank and kind == RERANKED_KIND)]
     if near_duplicates and label_errors:
-        both = {kind: near_duplicates_and_label_errors(_vectors(embeddings, kind, client), top_k, labels, client)
-                for kind in EMBEDDING_KINDS}
-        plain = pl.concat([pairs.to_frame(files, kind) for kind, (pairs, _) in both.items()])
-        errors = pl.concat([ranking.to_frame(files, kind) for kind, (_, ranking) in both.items()])
+        plain_parts, error_parts = [], []
+        for kind in EMBEDDING_KINDS:
+            emb = _vectors(embeddings, kind, client)
+            if kind in plain_kinds:
+                pairs, ranking = near_duplicates_and_label_errors(emb, top_k, labels, client)
+                plain_parts.append(pairs.to_frame(files, kind))
+            else:
+                ranking = label_error_ranking(emb, labels, client)
+            error_parts.append(ranking.to_frame(files, kind))
+        plain, errors = pl.concat(plain_parts), pl.concat(error_parts)
     else:
         plain = pl.concat(
             [near_duplicate_pairs(_vectors(embeddings, kind, client), top_k, client).to_frame(files, kind)
-             for kind in EMBEDDING_KINDS]
+             for kind in plain_kinds]
         ) if near_duplicates else None
         errors = rank_label_errors(images, embeddings, client) if label_errors else None
     if plain is None:
@@ -190,8 +206,9 @@ def _verified(
     images: pl.DataFrame, embeddings: pl.DataFrame, plain: pl.DataFrame, *, rerank: bool, k: int,
     min_inliers: int, combine: str,
 ) -> pl.DataFrame:
-    """``NEAR_DUPLICATE_SCHEMA`` of the plain pair table (``PAIR_RANKING_SCHEMA``), the DINO kind re-ranked by
-    SIFT verification with ``rerank`` (:func:`rank_near_duplicates`)."""
+    """``NEAR_DUPLICATE_SCHEMA`` of the plain pair table (``PAIR_RANKING_SCHEMA``; with ``rerank`` it holds only the
+    kinds other than :data:`RERANKED_KIND`), and with ``rerank`` the DINO kind's SIFT-verified ranking first
+    (:func:`rank_near_duplicates`)."""
     plain = plain.with_columns(pl.lit(None, pl.Int64).alias("inliers"), pl.lit(None, pl.Boolean).alias("verified"))
     if not rerank:
         return plain.cast(NEAR_DUPLICATE_SCHEMA)
@@ -200,12 +217,12 @@ def _verified(
     files = image_files(images)
     feats = sift_from_files(images.sort("idx")["path"].to_list(), max_side=VERIFY_MAX_SIDE,
                             scale=VERIFY_SCALE)
-    vp = verified_near_duplicates(embedding_matrix(embeddings, "dino"), feats, k=k, min_inliers=min_inliers,
+    vp = verified_near_duplicates(embedding_matrix(embeddings, RERANKED_KIND), feats, k=k, min_inliers=min_inliers,
                                   combine=combine)
-    verified = PairRanking(vp.pairs, vp.dist).to_frame(files, "dino").with_columns(
+    verified = PairRanking(vp.pairs, vp.dist).to_frame(files, RERANKED_KIND).with_columns(
         pl.Series("inliers", vp.inliers, pl.Int64), pl.Series("verified", vp.verified, pl.Boolean)
     )
-    return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), _kind(plain, "baseline").cast(NEAR_DUPLICATE_SCHEMA)])
+    return pl.concat([verified.cast(NEAR_DUPLICATE_SCHEMA), plain.cast(NEAR_DUPLICATE_SCHEMA)])
 
 
 def _kind(table: pl.DataFrame, kind: str) -> pl.DataFrame:

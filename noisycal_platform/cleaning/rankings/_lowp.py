@@ -19,6 +19,11 @@ for a float32 GEMM, 30 times slower. There Q is computed by a float32 GEMM of th
 exact: every product and every partial sum is an integer of magnitude at most D·qmax² <= 2^24 (qmax is capped so),
 and float32 holds such integers exactly in any summation order. The same Q, the same decisions.
 
+The near-duplicate and label-error rankings take their rows from :func:`screen_rows`: on such a CPU that is
+:class:`Float32Rows`, the same float32 GEMM on the float32 rows themselves with the float32 GEMM's margin, far
+tighter than the quantisation's where one entry of a row dwarfs the others (the results are the same: both screens
+are rigorous and the survivors are re-evaluated in float64).
+
 Reference for the rounding argument: N. J. Higham, "Accuracy and Stability of Numerical Algorithms" (2002), §3.1.
 """
 
@@ -125,6 +130,65 @@ class Int8Rows:
     def to_sim(self, v: np.ndarray | int | float) -> np.ndarray | float:
         """Q / S² as float64 (screening similarity units)."""
         return np.asarray(v, np.float64) / self.scale2 if isinstance(v, np.ndarray) else float(v) / self.scale2
+
+
+class Float32Rows(Int8Rows):
+    """The screening of :class:`Int8Rows` where the CPU has no int8 dot-product units (``int8_products_fast``): the
+    product is a float32 GEMM there either way, so it runs on the float32 rows themselves instead of their int8
+    copy, and the margin is the float32 GEMM's instead of the quantisation's (on HAM10000's 832-column baseline,
+    whose largest entry is far above the typical one, the int8 margin made eps2 0.207: 3.6 million pairs of the
+    top 2,000 near-duplicate search re-evaluated in float64, 16 of its 20 CPU s).
+
+    Q = trunc(f·2²⁹) (int32), f the float32 GEMM value: the scaling by a power of two is exact and |f| < 2, so
+    |Q / S² − x_i·x_j| ≤ |f − x_i·x_j| + 2⁻²⁹ ≤ γ_{D+1}·max‖x‖² · 1.25 + 2⁻²⁹ (``_kernels.sim_error_bound``, any
+    summation order; ``margin``), with S² = 2²⁹ (so the kernels' "everything passes" threshold, similarity −2, is
+    −2³⁰ − 1, above the int32 minimum they mask with); eps2 = 2·margin + 2·max|‖x_i‖² − 1| as for the int8 rows. The
+    rankings that screen with it re-evaluate their survivors in float64, so their results are the same; only the
+    number of survivors changes."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        from ._kernels import sim_error_bound
+
+        n, dim = x.shape
+        self.fast = False
+        self.q = None
+        self.qf = np.ascontiguousarray(x, dtype=np.float32)
+        self.scale = 2.0**14.5
+        self.scale2 = float(2**29)
+        self._local = threading.local()
+        x_max = dev = 0.0
+        step = max(1, BLOCK_ELEMS // (8 * max(dim, 1)))
+        for a in range(0, n, step):  # chunked: no full float64 copy
+            xa = self.qf[a : a + step].astype(np.float64)
+            nn = np.einsum("nd,nd->n", xa, xa)
+            x_max = max(x_max, float(np.sqrt(nn.max())))
+            dev = max(dev, float(np.abs(nn - 1.0).max()))
+        self.margin = sim_error_bound(dim) * max(1.0, x_max * x_max) + 2.0**-28 + 1e-12
+        self.eps2 = 2.0 * self.margin + 2.0 * dev + 1e-12
+
+    def gemm(self, r0: int, r1: int, c0: int, c1: int, out: np.ndarray) -> np.ndarray:
+        """Q = trunc(2²⁹·x[r0:r1]·x[c0:c1]ᵀ) into the int32 buffer ``out`` (float32 GEMM, one thread per caller)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None or buf.size < out.size:
+            buf = self._local.buf = np.empty(out.size, np.float32)
+        f = buf[: out.size].reshape(out.shape)
+        np.matmul(self.qf[r0:r1], self.qf[c0:c1].T, out=f)
+        f *= np.float32(self.scale2)  # exact: a power of two
+        np.copyto(out, f, casting="unsafe")
+        return out
+
+    def gemm_rows(self, rows: np.ndarray, c0: int, c1: int) -> np.ndarray:
+        """Q for the gathered rows ``rows`` against x[c0:c1] (int32)."""
+        f = self.qf[np.asarray(rows, np.int64)] @ self.qf[c0:c1].T
+        f *= np.float32(self.scale2)
+        return f.astype(np.int32)
+
+
+def screen_rows(x: np.ndarray) -> Int8Rows:
+    """The screening rows of the rankings' GEMM passes: :class:`Int8Rows` on a CPU with int8 dot-product units,
+    else :class:`Float32Rows` (the same float32 GEMM cost as the int8 values' exact float32 product, a far tighter
+    margin)."""
+    return Int8Rows(x) if int8_products_fast() else Float32Rows(x)
 
 
 class single_thread_torch:

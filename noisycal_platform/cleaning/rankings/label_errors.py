@@ -31,7 +31,7 @@ from ._kernels import (
     screen_margin,
     sim_error_bound,
 )
-from ._lowp import Int8Rows, single_thread_torch
+from ._lowp import Int8Rows, screen_rows, single_thread_torch
 from .types import Ranking
 
 __all__ = ["label_error_scores", "rank_label_errors", "ratio_scores"]
@@ -245,7 +245,7 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     perm = np.argsort(codes, kind="stable")
     x = x0[perm]
     del x0  # only the class-sorted copy is used from here on
-    lp = Int8Rows(x)
+    lp = screen_rows(x)
     eps2 = lp.eps2
     cs = codes[perm]
     counts = np.bincount(cs, minlength=n_cls)

@@ -4,7 +4,8 @@ Hand-written because no library returns the *global* top-k pairs exactly in O(N�
 (faiss k-NN lists need a certificate and a retry to be exact).
 
 Scheme: the upper triangle is cut into ``_TILE``-point tiles; a tile is computed as strips of
-``_TILE // 8`` rows (one int8 product each, ``_lowp.Int8Rows``, into a per-worker int32 buffer that stays
+``_TILE // 8`` rows (one int8 product each, ``_lowp.Int8Rows``, or without int8 units a float32 one,
+``_lowp.Float32Rows``, as ``_lowp.screen_rows`` picks, into a per-worker int32 buffer that stays
 in cache), and each strip is screened against a threshold ``thr`` on the screening similarity
 ŝ = Q / S², within ``_lowp``'s rigorous margin of the exact one: every pair of the final top-k has
 ``ŝ >= thr``. The survivors are re-evaluated in float64 (``_kernels.exact_dists``) and
@@ -20,7 +21,7 @@ import threading
 import numpy as np
 
 from ._kernels import as_unit_embeddings, exact_dists, ordered_map
-from ._lowp import Int8Rows, single_thread_torch
+from ._lowp import screen_rows, single_thread_torch
 from .types import PairRanking
 
 __all__ = ["rank_near_duplicates"]
@@ -65,7 +66,7 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     k = int(min(int(top_k), n * (n - 1) // 2))
     if k == 0:
         return PairRanking(np.empty((0, 2), np.int64), np.empty(0, np.float64))
-    lp = Int8Rows(x)
+    lp = screen_rows(x)
     eps2 = lp.eps2
     masked = np.iinfo(np.int32).min  # below every screening product
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._kernels import BLOCK_ELEMS, as_unit_embeddings, exact_dists, floor32, screen_margin
+from ._lowp import single_thread_torch
 
 __all__ = [
     "LocalFeatures",
@@ -184,21 +185,19 @@ def _opencv_features(imgs: Sequence[np.ndarray] | Sequence[str], num_features: i
     return LocalFeatures(frames, desc, valid, diag)
 
 
-#: keypoints per image of the cleaning stage's SIFT verification: 128. On HAM10000's tuning half
+#: keypoints per image of the cleaning stage's SIFT verification: 96, on the half-size image
+#: (``pipeline.rankings.VERIFY_SCALE`` = 0.5, chosen with it; see there). At full size: on HAM10000's tuning half
 #: (benchmarks/bench_ham10000_tune.py, Lite0 160 px, k = 5) recall@501 of the half's same-lesion pairs was 0.2974
 #: with 256, 0.2993 with 128, 0.2999 with 96 (k = 10 with 256, the earlier default: 0.2981), 10 of 12 audited pairs
-#: in every case. 96 was the tuning rule's pick, but on the whole set it put 14 of the 20 audited pairs in the top
-#: 1,000 against the README's 15 (the issue keeps that count unchanged); 128 gives 15 of 20, recall@1000 0.296
-#: (benchmarks/bench_ham10000_platform.py; the commit before, through the same path: 14 of 20, 0.295). SIFT CPU
-#: seconds per 5,007 images: 47 / 34 / 28.
-#: Half-size images with 64 keypoints (``pipeline.rankings.VERIFY_SCALE``) were tried and not kept: see there.
+#: in every case; 96 at full size put 14 of the 20 audited pairs of the whole set in the top 1,000 against 15 with
+#: 128 (benchmarks/bench_ham10000_platform.py). SIFT CPU seconds per 5,007 images at full size: 47 / 34 / 28.
 #: Where the time goes (2026-12-07, 300 HAM10000 images of 200×150 px, one thread, load 5.5; CPU ms per image):
 #: ``detectAndCompute`` 18.4–21.6, of which the scale space and its extremum scan 12.3–13.0 (``detect`` with a
 #: contrast threshold no extremum passes; 2.3–2.8 on the half-size image, i.e. most of it is the doubled first
 #: octave), the refinement and orientations of the ~730 extrema about 4, the 128 descriptors 2–5; Pillow's decode
 #: to grey 0.3. OpenCV exposes none of these steps, so nothing smaller than the image (a setting) cuts them without
 #: changing the keypoints.
-SIFT_FEATURES = 128
+SIFT_FEATURES = 96
 #: shortest image side SIFT runs on (a smaller image is rejected; ``scale`` never shrinks an image below it)
 MIN_SIFT_SIDE = 16
 
@@ -375,7 +374,10 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     m1 = torch.zeros((n_pairs, f), dtype=idx_t)  # image-1 keypoint of each match, packed at the front
     m2 = torch.zeros((n_pairs, f), dtype=idx_t)  # its nearest image-2 keypoint
     count = torch.zeros(n_pairs, dtype=torch.int64)
-    with torch.no_grad():
+    # one intra-op thread (restored on exit): the ops are many and small, and torch's OpenMP pool spin-waits between
+    # them, so with two threads the idle one burnt most of the CPU time (2,000 HAM10000 images, 8,007 pairs:
+    # 13-14 CPU s with two threads, 2.2 with one, the same counts, and no faster in wall time with two)
+    with torch.no_grad(), single_thread_torch():
         sq = torch.zeros(valid.shape, dtype=torch.float32)  # ‖d‖² of every descriptor (N×F), in blocks of images
         for r in range(0, sq.shape[0], 1024):
             d = desc[r:r + 1024].float()

@@ -50,3 +50,27 @@ def test_float32_products_stay_exact_at_the_widest_rows(monkeypatch):
         q = np.empty((40, 40), np.int32)
         lp.gemm(0, 40, 0, 40, q)
     np.testing.assert_array_equal(q, qq @ qq.T)
+
+
+def test_float32_rows_bound_every_product_and_are_the_screen_without_int8_units(monkeypatch):
+    """Without int8 units the rankings screen with the float32 rows (``Float32Rows``): Q / S² is within the stated
+    margin of the float64 product, thresholds round down, and on rows with one large entry per row (where the int8
+    scale is set by that entry) the margin is orders of magnitude below the int8 one."""
+    monkeypatch.setattr(_lowp, "INT8_GEMM", False)
+    rng = np.random.default_rng(9)
+    raw = np.abs(rng.standard_normal((200, 64))) * 0.05
+    raw[np.arange(200), rng.integers(0, 64, 200)] += 3.0  # one spike per row, as in a colour histogram
+    x = as_unit_embeddings(raw)
+    lp = _lowp.screen_rows(x)
+    assert isinstance(lp, _lowp.Float32Rows) and lp.scale2 == 2.0**29
+    exact = x.astype(np.float64) @ x.astype(np.float64).T
+    q = np.empty((200, 200), np.int32)
+    lp.gemm(0, 200, 0, 200, q)
+    assert np.abs(q / lp.scale2 - exact).max() <= lp.margin
+    rows = np.array([3, 0, 199, 3])
+    assert np.abs(lp.gemm_rows(rows, 10, 90) / lp.scale2 - exact[rows, 10:90]).max() <= lp.margin  # own GEMM order
+    for t in np.linspace(-1.2, 1.2, 97):
+        assert (q >= lp.int_threshold(float(t)))[q / lp.scale2 >= t].all()
+    assert lp.margin < 1e-4 and lp.margin * 100 < Int8Rows(x).margin
+    monkeypatch.setattr(_lowp, "INT8_GEMM", True)
+    assert type(_lowp.screen_rows(x)) is Int8Rows

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 
 from noisycal_platform.cleaning.rankings.verify import (
@@ -103,6 +104,19 @@ def test_rotated_copies_verify_and_different_textures_do_not(scene):
     assert same.min() >= 15, inl
     assert diff.max() <= 6, inl
     np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=64))  # batching-independent
+
+
+def test_verify_runs_on_one_torch_thread_and_restores_the_count(scene):
+    torch = pytest.importorskip("torch")
+    pairs = np.array([[0, 1], [0, 2], [3, 4], [0, 3], [1, 4], [2, 3]])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        inl = verify_pairs(scene, pairs)
+        assert torch.get_num_threads() == 2  # the caller's count is back
+    finally:
+        torch.set_num_threads(before)
+    np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=1))  # pair by pair, the same counts
 
 
 def test_verify_rejects_bad_arguments(scene):
@@ -213,3 +227,53 @@ def test_sift_from_files_scale_is_sift_of_the_lanczos_resized_image(tmp_path):
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="scale"):
             sift_from_files(files, scale=bad)
+
+
+def test_reranked_table_is_the_verified_dino_ranking_and_the_plain_baseline_one(tmp_path, monkeypatch):
+    """``neighbour_rankings(rerank=True)``: the DINO rows are ``verified_near_duplicates`` of the DINO vectors and the
+    files' SIFT features, the baseline rows its plain top-k pairs, the label errors those without rerank; the plain
+    DINO pairs, which the verified ranking replaces, are never computed (one plain near-duplicate pass: the
+    baseline's)."""
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    from noisycal_platform.cleaning import rankings as formulas
+    from noisycal_platform.cleaning.pipeline import rankings as pipeline_rankings
+    from noisycal_platform.cleaning.pipeline.embeddings import _embedding_frame
+    from noisycal_platform.cleaning.rankings.types import PairRanking
+
+    n, rng = 12, np.random.default_rng(5)
+    paths = []
+    for i in range(n):  # six textures, each with a rotated copy
+        t = _texture(20 + i // 2, 96)
+        paths.append(tmp_path / f"im{i:02d}.png")
+        Image.fromarray(t if i % 2 == 0 else np.rot90(t).copy()).save(paths[-1])
+    images = pl.DataFrame({"idx": np.arange(n), "file_name": [p.name for p in paths], "path": [str(p) for p in paths],
+                           "label": [str(i % 3) for i in range(n)]})
+    dino = rng.standard_normal((n, 8)).astype(np.float32)
+    base = rng.standard_normal((n, 6)).astype(np.float32)
+    emb = _embedding_frame(images, dino, base)
+
+    calls = []
+    plain_pass = formulas.rank_near_duplicates
+    monkeypatch.setattr(formulas, "rank_near_duplicates", lambda x, k: calls.append(x.shape) or plain_pass(x, k))
+    pairs, errors = pipeline_rankings.neighbour_rankings(images, emb, 20, rerank=True, k=3)
+    assert calls == [base.shape]  # the baseline's plain pass only
+    monkeypatch.setattr(formulas, "rank_near_duplicates", plain_pass)
+
+    feats = sift_from_files(paths, max_side=pipeline_rankings.VERIFY_MAX_SIDE, scale=pipeline_rankings.VERIFY_SCALE)
+    want = verified_near_duplicates(dino, feats, k=3)
+    got = pairs.filter(pl.col("embedding_kind") == "dino").sort("rank")
+    files = images["file_name"].to_list()
+    assert got["file_name_1"].to_list() == [files[i] for i in want.pairs[:, 0]]
+    assert got["file_name_2"].to_list() == [files[j] for j in want.pairs[:, 1]]
+    assert got["inliers"].to_list() == want.inliers.tolist() and got["verified"].to_list() == want.verified.tolist()
+    np.testing.assert_array_equal(got["score"].to_numpy(), want.dist)
+    assert got["verified"].sum() >= 1  # a rotated copy verifies
+
+    plain_base = PairRanking.from_frame(pairs.filter(pl.col("embedding_kind") == "baseline"))
+    direct = plain_pass(base, 20)
+    np.testing.assert_array_equal(plain_base.pairs, direct.pairs)
+    np.testing.assert_array_equal(plain_base.scores, direct.scores)
+    assert pairs["embedding_kind"].unique(maintain_order=True).to_list() == ["dino", "baseline"]
+    assert errors.equals(pipeline_rankings.rank_label_errors(images, emb))
