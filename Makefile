@@ -33,8 +33,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 venv: $(STAMP)
 
+# The demo's processes (its runs, code server and CLI children) write bytecode caches even where the shell exports
+# PYTHONDONTWRITEBYTECODE: without them each process compiles Dagster, torch and transformers from source (see the
+# test settings below).
 demo: $(STAMP)
-	NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal demo --fresh
+	PYTHONDONTWRITEBYTECODE= NOISYCAL_HOME=$(HOME_DIR) $(BIN)/noisycal demo --fresh
 
 # Headless Chromium for tests/browser (Debian package; skipped by the tests with a reason if it cannot be had).
 browser-deps:
