@@ -68,6 +68,9 @@ TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 # (most tests first) left the long files with few tests for the end, run by one worker while the other idled.
 # Quiet 2-core AMD EPYC, 2026-12-07, 1,346 tests: 554 s of pytest (675 user + 72 sys s) with two workers; three
 # workers took 585 s (737 + 83 s), so one worker per core stays. Before the order: 613 and 676 s (1,275 tests).
+# The same box ran slower later that morning: at 06:16-06:53, fresh worktrees, nothing else running, 1,353 tests
+# took 561 s (first run) and 575 s (second run; 801 user + 85 sys s), the tree of 04:50 (1,346 tests) 745 s
+# (976 + 93 s) in its first run: the compiled calibration refits and null draw, the web tool's kept replays.
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
 #   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; \
