@@ -298,9 +298,16 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
 
 @contextmanager
 def _runner_session(
-    home: str | Path, defs: dg.Definitions | None, what: str, lock_timeout: float, *, queue: bool = False
+    home: str | Path,
+    defs: dg.Definitions | None,
+    what: str,
+    lock_timeout: float,
+    *,
+    queue: bool = False,
+    instance: dg.DagsterInstance | None = None,
 ) -> Iterator[tuple[dg.Definitions, dg.DagsterInstance, TickReport]]:
     """What every runner holds while it runs: the definitions (built for the home unless given), the instance
+    (opened here unless given: one per runner, since opening one checks every storage's schema, about 0.2 CPU s)
     and a report. Without a daemon: the home lock, and the report lists the recovered runs. With a daemon
     serving the home: ``queue`` runners submit their runs to its run queue (``report.queued``); others are
     refused (they would evaluate the daemon's sensors with cursors of their own)."""
@@ -309,13 +316,12 @@ def _runner_session(
 
         defs = build_definitions(home)
     report = TickReport(home=str(home))
-    instance = instance_for(home)
+    instance = instance or instance_for(home)
     if queue and daemon_running(instance):
         report.queued = True
         yield defs, instance, report
         return
     with home_lock(home, what, timeout=lock_timeout):
-        instance = instance_for(home)
         _refuse_under_daemon(instance, what)
         report.recovered = recover(home, instance)
         yield defs, instance, report
@@ -344,9 +350,10 @@ def tick(
     serves the home it does all this itself, every few seconds, through its run queue: ``tick`` then runs
     nothing and says so (``report.note``).
     """
-    if daemon_running(instance_for(home)):
+    instance = instance_for(home)
+    if daemon_running(instance):
         return TickReport(home=str(home), note=DAEMON_TICKS)
-    with _runner_session(home, defs, "noisycal tick", lock_timeout) as (defs, instance, report):
+    with _runner_session(home, defs, "noisycal tick", lock_timeout, instance=instance) as (defs, instance, report):
         state = _load_state(home)
         try:
             if automation and state.get("automation_cursor") is None:
