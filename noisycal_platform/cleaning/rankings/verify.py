@@ -337,8 +337,13 @@ def _ratio_matches(desc: object, sq: object, valid: object, pi: object, pj: obje
     return front, torch.gather(nn, 1, front), ok.sum(1)
 
 
+#: pairs per chunk of work handed to a verification thread (contiguous in the input; chunks are taken in order by
+#: whichever thread is free, so a chunk of pairs with many matches does not hold the other threads up)
+VERIFY_CHUNK_PAIRS = 2048
+
+
 def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0.8, inlier_tol: float = 0.03,
-                 max_scale: float = 4.0, batch_size: int = 256) -> np.ndarray:
+                 max_scale: float = 4.0, batch_size: int = 256, num_threads: int | None = None) -> np.ndarray:
     """Inlier count of the best single-correspondence similarity hypothesis for each pair (int64 P).
 
     Two passes in torch. (1) Ratio-test matches, ``batch_size`` pairs at a time (memory ``batch_size``×F×F).
@@ -346,6 +351,11 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     :data:`HYPOTHESIS_BLOCK` elements (pairs × M²), so a pair with few matches is not padded to the largest
     count of its neighbours in the input; each pair's count is the same whatever block it lands in (the blocks
     only stack independent per-pair computations). 0 when a pair has no ratio-test match.
+
+    The pairs are cut into chunks of :data:`VERIFY_CHUNK_PAIRS`, verified by ``num_threads`` Python threads
+    (default: one per CPU), each with one torch intra-op thread (torch frees the GIL inside its ops). Every
+    pair's count is computed from its own two images only, so it does not depend on the chunks, the threads or
+    ``batch_size``.
     """
     import torch
 
@@ -356,63 +366,112 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     if not max_scale >= 1:
         raise ValueError(f"max_scale must be >= 1, got {max_scale!r}")
     batch_size = _check_pos_int(batch_size, "batch_size")
+    threads = (os.cpu_count() or 1) if num_threads is None else _check_pos_int(num_threads, "num_threads")
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     n = len(features)
     if pairs.size and (pairs.min() < 0 or pairs.max() >= n):
         raise ValueError(f"pairs: indices must be in [0, {n}), got range [{pairs.min()}, {pairs.max()}]")
-    frames = torch.from_numpy(np.ascontiguousarray(features.frames, dtype=np.float32))
-    desc = torch.from_numpy(np.ascontiguousarray(features.descriptors))  # float per batch (uint8 from OpenCV)
-    valid = torch.from_numpy(np.ascontiguousarray(features.valid))
-    tol2_img = torch.from_numpy((inlier_tol * np.asarray(features.diagonal, np.float64)) ** 2).float()
-    lo_s, hi_s = 1.0 / max_scale ** 2, max_scale ** 2  # bounds on |det M| = scale²
-    eye = torch.eye(2)
     n_pairs, f = pairs.shape[0], int(features.frames.shape[1])
     out = np.zeros(n_pairs, np.int64)
     if n_pairs == 0 or f == 0:
         return out
+    # one intra-op thread per verifying thread (restored on exit): the ops are many and small, and torch's OpenMP
+    # pool spin-waits between them, so with two intra-op threads the idle one burnt most of the CPU time (2,000
+    # HAM10000 images, 8,007 pairs: 13-14 CPU s with two, 2.2 with one, the same counts); the cores are used by
+    # verifying several chunks at once instead
+    with torch.no_grad(), single_thread_torch():
+        data = _VerifyData.of(features, inlier_tol)
+        chunks = [(a, min(a + VERIFY_CHUNK_PAIRS, n_pairs)) for a in range(0, n_pairs, VERIFY_CHUNK_PAIRS)]
+
+        def run(chunk: tuple[int, int]) -> None:
+            torch.set_num_threads(1)  # per calling thread (OpenMP)
+            with torch.no_grad():  # grad mode is per thread too
+                out[chunk[0]:chunk[1]] = _verify_chunk(data, pairs[chunk[0]:chunk[1]], ratio, max_scale, batch_size)
+
+        workers = min(threads, len(chunks))
+        if workers == 1:
+            for c in chunks:
+                run(c)
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(run, chunks))
+    return out
+
+
+@dataclass(frozen=True)
+class _VerifyData:
+    """The per-image tensors every verification chunk reads (shared by the threads, never written)."""
+
+    frames: object  # N×F×2×3 float32
+    desc: object  # N×F×128 (uint8 from OpenCV)
+    valid: object  # N×F bool
+    sq: object  # N×F float32: ‖d‖² of every descriptor
+    tol2_img: object  # N float32: (inlier_tol × image diagonal)²
+
+    @staticmethod
+    def of(features: LocalFeatures, inlier_tol: float) -> _VerifyData:
+        import torch
+
+        desc = torch.from_numpy(np.ascontiguousarray(features.descriptors))  # float per batch (uint8 from OpenCV)
+        valid = torch.from_numpy(np.ascontiguousarray(features.valid))
+        sq = torch.zeros(valid.shape, dtype=torch.float32)  # ‖d‖² of every descriptor, in blocks of images
+        for r in range(0, sq.shape[0], 1024):
+            d = desc[r:r + 1024].float()
+            sq[r:r + 1024] = (d * d).sum(-1)
+        return _VerifyData(
+            frames=torch.from_numpy(np.ascontiguousarray(features.frames, dtype=np.float32)),
+            desc=desc,
+            valid=valid,
+            sq=sq,
+            tol2_img=torch.from_numpy((inlier_tol * np.asarray(features.diagonal, np.float64)) ** 2).float(),
+        )
+
+
+def _verify_chunk(data: _VerifyData, pairs: np.ndarray, ratio: float, max_scale: float, batch_size: int
+                  ) -> np.ndarray:
+    """:func:`verify_pairs` for the pairs of one chunk (P×2, indices already checked), in the calling thread."""
+    import torch
+
+    frames, desc, valid, sq, tol2_img = data.frames, data.desc, data.valid, data.sq, data.tol2_img
+    lo_s, hi_s = 1.0 / max_scale ** 2, max_scale ** 2  # bounds on |det M| = scale²
+    eye = torch.eye(2)
+    n_pairs, f = pairs.shape[0], int(frames.shape[1])
+    out = np.zeros(n_pairs, np.int64)
     idx_t = torch.int16 if f <= 2**15 else torch.int64
     m1 = torch.zeros((n_pairs, f), dtype=idx_t)  # image-1 keypoint of each match, packed at the front
     m2 = torch.zeros((n_pairs, f), dtype=idx_t)  # its nearest image-2 keypoint
     count = torch.zeros(n_pairs, dtype=torch.int64)
-    # one intra-op thread (restored on exit): the ops are many and small, and torch's OpenMP pool spin-waits between
-    # them, so with two threads the idle one burnt most of the CPU time (2,000 HAM10000 images, 8,007 pairs:
-    # 13-14 CPU s with two threads, 2.2 with one, the same counts, and no faster in wall time with two)
-    with torch.no_grad(), single_thread_torch():
-        sq = torch.zeros(valid.shape, dtype=torch.float32)  # ‖d‖² of every descriptor (N×F), in blocks of images
-        for r in range(0, sq.shape[0], 1024):
-            d = desc[r:r + 1024].float()
-            sq[r:r + 1024] = (d * d).sum(-1)
-        for a in range(0, n_pairs, batch_size):
-            pi = torch.from_numpy(pairs[a:a + batch_size, 0])
-            pj = torch.from_numpy(pairs[a:a + batch_size, 1])
-            front, nn, c = _ratio_matches(desc, sq, valid, pi, pj, ratio)
-            m1[a:a + len(pi)], m2[a:a + len(pi)], count[a:a + len(pi)] = front.to(idx_t), nn.to(idx_t), c
-        cnt = count.numpy()
-        order = np.argsort(cnt, kind="stable")
-        order = order[cnt[order] > 0]
-        s = 0
-        while s < len(order):
-            keep = int(cnt[order[min(len(order), s + MAX_BLOCK_PAIRS) - 1]])
-            rows = max(1, min(MAX_BLOCK_PAIRS, HYPOTHESIS_BLOCK // max(keep * keep, 1)))
-            blk = order[s:s + rows]
-            keep = int(cnt[blk[-1]])  # the block's largest count (the order is by count)
-            s += len(blk)
-            bt = torch.from_numpy(blk)
-            pi, pj = torch.from_numpy(pairs[blk, 0]), torch.from_numpy(pairs[blk, 1])
-            k1, k2 = m1[bt, :keep].long(), m2[bt, :keep].long()
-            ok = torch.arange(keep)[None, :] < count[bt][:, None]
-            f1 = torch.gather(frames[pi], 1, k1[..., None, None].expand(-1, -1, 2, 3))  # B×M×2×3
-            f2 = torch.gather(frames[pj], 1, k2[..., None, None].expand(-1, -1, 2, 3))
-            a1 = torch.where(ok[..., None, None], f1[..., :2], eye)
-            m = f2[..., :2] @ torch.linalg.inv(a1)  # B×M×2×2, one hypothesis per match
-            p1, p2 = f1[..., 2], f2[..., 2]
-            t = p2 - (m @ p1[..., None])[..., 0]
-            det = torch.linalg.det(m).abs()
-            hyp = ok & (det >= lo_s) & (det <= hi_s)
-            pred = torch.einsum("bmij,bnj->bmni", m, p1) + t[:, :, None, :]  # B×M(hyp)×M(match)×2
-            err2 = ((pred - p2[:, None, :, :]) ** 2).sum(-1)
-            inl = (err2 <= tol2_img[pj][:, None, None]) & ok[:, None, :] & hyp[:, :, None]
-            out[blk] = inl.sum(-1).amax(-1).numpy()
+    for a in range(0, n_pairs, batch_size):
+        pi = torch.from_numpy(pairs[a:a + batch_size, 0])
+        pj = torch.from_numpy(pairs[a:a + batch_size, 1])
+        front, nn, c = _ratio_matches(desc, sq, valid, pi, pj, ratio)
+        m1[a:a + len(pi)], m2[a:a + len(pi)], count[a:a + len(pi)] = front.to(idx_t), nn.to(idx_t), c
+    cnt = count.numpy()
+    order = np.argsort(cnt, kind="stable")
+    order = order[cnt[order] > 0]
+    s = 0
+    while s < len(order):
+        keep = int(cnt[order[min(len(order), s + MAX_BLOCK_PAIRS) - 1]])
+        rows = max(1, min(MAX_BLOCK_PAIRS, HYPOTHESIS_BLOCK // max(keep * keep, 1)))
+        blk = order[s:s + rows]
+        keep = int(cnt[blk[-1]])  # the block's largest count (the order is by count)
+        s += len(blk)
+        bt = torch.from_numpy(blk)
+        pi, pj = torch.from_numpy(pairs[blk, 0]), torch.from_numpy(pairs[blk, 1])
+        k1, k2 = m1[bt, :keep].long(), m2[bt, :keep].long()
+        ok = torch.arange(keep)[None, :] < count[bt][:, None]
+        f1 = torch.gather(frames[pi], 1, k1[..., None, None].expand(-1, -1, 2, 3))  # B×M×2×3
+        f2 = torch.gather(frames[pj], 1, k2[..., None, None].expand(-1, -1, 2, 3))
+        a1 = torch.where(ok[..., None, None], f1[..., :2], eye)
+        m = f2[..., :2] @ torch.linalg.inv(a1)  # B×M×2×2, one hypothesis per match
+        p1, p2 = f1[..., 2], f2[..., 2]
+        t = p2 - (m @ p1[..., None])[..., 0]
+        det = torch.linalg.det(m).abs()
+        hyp = ok & (det >= lo_s) & (det <= hi_s)
+        pred = torch.einsum("bmij,bnj->bmni", m, p1) + t[:, :, None, :]  # B×M(hyp)×M(match)×2
+        err2 = ((pred - p2[:, None, :, :]) ** 2).sum(-1)
+        inl = (err2 <= tol2_img[pj][:, None, None]) & ok[:, None, :] & hyp[:, :, None]
+        out[blk] = inl.sum(-1).amax(-1).numpy()
     return out
 
 

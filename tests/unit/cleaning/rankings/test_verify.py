@@ -119,9 +119,24 @@ def test_verify_runs_on_one_torch_thread_and_restores_the_count(scene):
     np.testing.assert_array_equal(inl, verify_pairs(scene, pairs, batch_size=1))  # pair by pair, the same counts
 
 
+def test_chunks_verified_on_several_threads_give_the_counts_of_one_thread(scene, monkeypatch):
+    from noisycal_platform.cleaning.rankings import verify
+
+    rng = np.random.default_rng(3)
+    pairs = rng.integers(0, len(scene), size=(23, 2))
+    one = verify_pairs(scene, pairs, num_threads=1)
+    # each pair alone (its own chunk, its own batch): the reference the chunked, threaded call must equal
+    alone = np.array([verify_pairs(scene, p[None, :], num_threads=1)[0] for p in pairs])
+    np.testing.assert_array_equal(one, alone)
+    monkeypatch.setattr(verify, "VERIFY_CHUNK_PAIRS", 4)  # 6 chunks, shared by 3 threads
+    np.testing.assert_array_equal(verify_pairs(scene, pairs, num_threads=3, batch_size=3), alone)
+
+
 def test_verify_rejects_bad_arguments(scene):
     with pytest.raises(ValueError, match="indices"):
         verify_pairs(scene, np.array([[0, 9]]))
+    with pytest.raises(ValueError, match="num_threads"):
+        verify_pairs(scene, np.array([[0, 1]]), num_threads=0)
     with pytest.raises(ValueError, match="ratio"):
         verify_pairs(scene, np.array([[0, 1]]), ratio=1.5)
 
