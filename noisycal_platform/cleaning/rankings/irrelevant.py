@@ -17,38 +17,11 @@ __all__ = ["lad_walk", "rank_irrelevant", "single_linkage"]
 
 
 def _label_mst(lo: np.ndarray, hi: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
-    """scipy-format linkage matrix from MST edges already sorted by (d, lo, hi)."""
-    mst = np.column_stack([lo.astype(np.float64), hi.astype(np.float64), d])
-    try:  # scikit-learn's Cython union-find labelling (private helper; fallback below)
-        from sklearn.cluster._hierarchical_fast import single_linkage_label
+    """scipy-format linkage matrix from MST edges already sorted by (d, lo, hi) (union-find, ``_label_kernel``)."""
+    from ._label_kernel import label_mst
 
-        z = np.asarray(single_linkage_label(mst), dtype=np.float64)
-    except (ImportError, AttributeError, TypeError, ValueError):  # pragma: no cover - version drift
-        z = _label_mst_python(lo, hi, d, n)
+    z = label_mst(lo, hi, d, n)
     z[:, :2] = np.sort(z[:, :2], axis=1)  # scipy convention: smaller cluster id first
-    return z
-
-
-def _label_mst_python(lo: np.ndarray, hi: np.ndarray, d: np.ndarray, n: int) -> np.ndarray:
-    """Union-find labelling (sequential by nature: N-1 near-O(1) steps)."""
-    parent = np.arange(2 * n - 1)
-    size = np.ones(2 * n - 1, np.int64)
-    z = np.empty((n - 1, 4), np.float64)
-
-    def find(v: int) -> int:
-        root = v
-        while parent[root] != root:
-            root = parent[root]
-        while parent[v] != root:
-            parent[v], v = root, parent[v]
-        return root
-
-    for r, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
-        ra, rb = find(a), find(b)
-        new = n + r
-        parent[ra] = parent[rb] = new
-        size[new] = size[ra] + size[rb]
-        z[r] = (ra, rb, d[r], size[new])
     return z
 
 

@@ -11,7 +11,8 @@ from scipy.spatial.distance import squareform
 
 from noisycal_platform.cleaning.rankings import Ranking, lad_walk, rank_irrelevant, single_linkage
 from noisycal_platform.cleaning.rankings._mst import exact_mst
-from noisycal_platform.cleaning.rankings.irrelevant import _label_mst, _label_mst_python
+from noisycal_platform.cleaning.rankings._label_kernel import label_mst
+from noisycal_platform.cleaning.rankings.irrelevant import _label_mst
 
 from ._brute import clustered, dense_dist, unit32
 
@@ -165,14 +166,26 @@ def test_deep_chain_walk_is_not_recursive():
     np.testing.assert_allclose(scores[n - 1], (1 - h) + h / n, atol=1e-15)
 
 
-def test_python_labelling_fallback_matches():
+def test_labelling_equals_scikit_learns():
+    hierarchical = pytest.importorskip("sklearn.cluster._hierarchical_fast")  # a peer's union-find, tests only
     x = unit32(clustered(500, seed=9))
     i, j, d, _ = exact_mst(x)
     o = np.lexsort((j, i, d))
     z1 = _label_mst(i[o], j[o], d[o], 500)
-    z2 = _label_mst_python(i[o], j[o], d[o], 500)
+    z2 = np.asarray(hierarchical.single_linkage_label(np.column_stack([i[o], j[o], d[o]]).astype(np.float64)))
     z2[:, :2] = np.sort(z2[:, :2], axis=1)
     np.testing.assert_array_equal(z1, z2)
+
+
+def test_labelling_refuses_edges_that_are_not_a_spanning_tree():
+    d = np.array([0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="expected 3 edges"):
+        label_mst(np.array([0, 1]), np.array([1, 2]), d[:2], 4)
+    with pytest.raises(ValueError, match=r"in \[0, 4\)"):
+        label_mst(np.array([0, 1, 2]), np.array([1, 2, 4]), d, 4)
+    with pytest.raises(ValueError, match="spanning tree"):
+        label_mst(np.array([0, 1, 0]), np.array([1, 0, 2]), d, 4)  # the second edge closes a cycle
+    assert label_mst(np.array([], np.int64), np.array([], np.int64), np.array([]), 1).shape == (0, 4)
 
 
 def test_ranking_is_frozen():
