@@ -181,19 +181,49 @@ def embed_onnx(encoder: Any, images: object, artifacts: str | os.PathLike[str], 
 def embed_onnx_batches(encoder: Any, batches: Iterable[np.ndarray], artifacts: str | os.PathLike[str],
                        out: np.ndarray, *, num_threads: int | None = None) -> np.ndarray:
     """:func:`embed_onnx` of uint8 B×3×S×S ``batches`` (S = ``encoder.image_size``, e.g. from
-    ``images.iter_image_batches_sizes``) into the rows of ``out`` (float32 N×1280, filled in order)."""
+    ``images.iter_image_batches_sizes``) into the rows of ``out`` (float32 N×1280, filled in order).
+
+    ``num_threads`` batches (default: torch's thread count) run at once, each on one thread of one session with
+    one intra-op thread (ONNX Runtime allows concurrent ``run`` calls on a session and frees the GIL inside
+    them): on 2 cores about 12 % more images per second than one run at a time on two intra-op threads, whose
+    threads wait for each other at every operator; each image's row is the same bit for bit (its convolutions are
+    computed by one thread either way). The batches are read in order in the calling thread, and at most
+    ``num_threads`` of them are in flight."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     n = out.shape[0]
-    session = onnx_session(encoder, artifacts, num_threads=num_threads)
-    s = 0
-    for batch in batches:
-        if tuple(batch.shape[1:]) != (3, encoder.image_size, encoder.image_size):
-            raise ValueError(f"batch: expected uint8 B×3×{encoder.image_size}×{encoder.image_size}, "
-                             f"got {tuple(batch.shape)}")
+    if num_threads is None:
+        import torch
+
+        num_threads = torch.get_num_threads()
+    workers = max(1, int(num_threads))
+    session = onnx_session(encoder, artifacts, num_threads=1)
+    size = encoder.image_size
+
+    def run(batch: np.ndarray, s: int) -> None:
         feats = [session.run(None, {"pixels": np.ascontiguousarray(v)})[0] for v in _np_views(batch, encoder.views)]
         v = feats[0] if len(feats) == 1 else np.mean(np.stack(feats), axis=0, dtype=np.float32)
         v = v.astype(np.float32, copy=False)
         out[s:s + v.shape[0]] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-        s += v.shape[0]
+
+    s = 0
+    pending: list[Future] = []
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        try:
+            for batch in batches:
+                if tuple(batch.shape[1:]) != (3, size, size):
+                    raise ValueError(f"batch: expected uint8 B×3×{size}×{size}, got {tuple(batch.shape)}")
+                if s + batch.shape[0] > n:
+                    raise ValueError(f"batches: more than the {n} rows of out")
+                if len(pending) >= workers:
+                    pending.pop(0).result()
+                pending.append(pool.submit(run, batch, s))
+                s += batch.shape[0]
+            for f in pending:
+                f.result()
+        finally:
+            for f in pending:
+                f.cancel()
     if s != n:  # pragma: no cover - the batches cover every image
         raise RuntimeError(f"embedded {s} of {n} images")
     return out

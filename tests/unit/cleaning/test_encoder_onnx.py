@@ -158,3 +158,20 @@ def test_sessions_do_not_spin_and_give_the_spinning_rows_bit_for_bit(artifacts):
     x = _images(6, 64, seed=7)
     got = session.run(None, {"pixels": x})[0]
     np.testing.assert_array_equal(got, spinning.run(None, {"pixels": x})[0])
+
+
+def test_batches_run_side_by_side_give_the_rows_of_one_session_run_bit_for_bit(artifacts):
+    """``embed_onnx_batches`` runs several batches at once (one intra-op thread each): every row equals the row of
+    the whole array run at once on a two-thread session, whatever the thread count and batch size."""
+    from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx_batches, onnx_session
+
+    enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
+    x = _images(11, 64, seed=5)
+    v = onnx_session(enc, artifacts, num_threads=2).run(None, {"pixels": x})[0].astype(np.float32)
+    want = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    for threads, batch in ((1, 11), (3, 2), (2, 4)):
+        out = np.full((11, want.shape[1]), np.nan, np.float32)
+        embed_onnx_batches(enc, (x[s:s + batch] for s in range(0, 11, batch)), artifacts, out, num_threads=threads)
+        np.testing.assert_array_equal(out, want)
+    with pytest.raises(ValueError, match="more than the 11 rows"):
+        embed_onnx_batches(enc, iter([x, x[:1]]), artifacts, np.empty((11, want.shape[1]), np.float32))
