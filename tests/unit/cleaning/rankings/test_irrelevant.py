@@ -10,8 +10,8 @@ from scipy.cluster.hierarchy import linkage
 from scipy.spatial.distance import squareform
 
 from noisycal_platform.cleaning.rankings import Ranking, lad_walk, rank_irrelevant, single_linkage
-from noisycal_platform.cleaning.rankings._mst import exact_mst
 from noisycal_platform.cleaning.rankings._label_kernel import label_mst
+from noisycal_platform.cleaning.rankings._mst import exact_mst
 from noisycal_platform.cleaning.rankings.irrelevant import _label_mst
 
 from ._brute import clustered, dense_dist, unit32
