@@ -186,9 +186,9 @@ def embed_onnx_batches(encoder: Any, batches: Iterable[np.ndarray], artifacts: s
     ``num_threads`` batches (default: torch's thread count) run at once, each on one thread of one session with
     one intra-op thread (ONNX Runtime allows concurrent ``run`` calls on a session and frees the GIL inside
     them): on 2 cores about 12 % more images per second than one run at a time on two intra-op threads, whose
-    threads wait for each other at every operator; each image's row is the same bit for bit (its convolutions are
-    computed by one thread either way). The batches are read in order in the calling thread, and at most
-    ``num_threads`` of them are in flight."""
+    threads wait for each other at every operator. Each image's row is the same (bit for bit on the AMD AVX2
+    box it was measured on: its convolutions are computed by one thread either way). The batches are read in
+    order in the calling thread, and at most ``num_threads`` of them are in flight."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
     n = out.shape[0]

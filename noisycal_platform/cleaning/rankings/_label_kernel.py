@@ -20,18 +20,21 @@ __all__ = ["label_mst"]
 
 
 @njit(nogil=True, cache=True)
+def _find(parent, v):  # pragma: no cover - compiled
+    """The root of v's cluster, halving the path on the way."""
+    while parent[v] != v:
+        parent[v] = parent[parent[v]]
+        v = parent[v]
+    return v
+
+
+@njit(nogil=True, cache=True)
 def _label(lo, hi, d, n, z):  # pragma: no cover - compiled
     parent = np.arange(2 * n - 1)
     size = np.ones(2 * n - 1, np.int64)
     for r in range(n - 1):
-        roots = [lo[r], hi[r]]
-        for e in range(2):
-            v = roots[e]
-            while parent[v] != v:
-                parent[v] = parent[parent[v]]  # path halving
-                v = parent[v]
-            roots[e] = v
-        ra, rb = roots[0], roots[1]
+        ra = _find(parent, lo[r])
+        rb = _find(parent, hi[r])
         new = n + r
         parent[ra] = new
         parent[rb] = new

@@ -24,7 +24,7 @@ ranking (``rank_near_duplicates``), which this module does not change.
 
 Memory: O(N·D) for the embeddings, O(N·F·128) bytes for the features (F keypoints per image; uint8
 descriptors from OpenCV), one
-``batch_size``×F×F block during verification (hypotheses × matches only over the M ≤ F ratio-test
+``batch_size``×F×F block per verifying thread (hypotheses × matches only over the M ≤ F ratio-test
 matches), O(N·k) for the candidates.
 """
 

@@ -160,9 +160,11 @@ def test_sessions_do_not_spin_and_give_the_spinning_rows_bit_for_bit(artifacts):
     np.testing.assert_array_equal(got, spinning.run(None, {"pixels": x})[0])
 
 
-def test_batches_run_side_by_side_give_the_rows_of_one_session_run_bit_for_bit(artifacts):
+def test_batches_run_side_by_side_give_the_rows_of_one_session_run(artifacts):
     """``embed_onnx_batches`` runs several batches at once (one intra-op thread each): every row equals the row of
-    the whole array run at once on a two-thread session, whatever the thread count and batch size."""
+    the whole array run at once on a two-thread session, whatever the thread count and batch size (bit for bit on
+    the AMD AVX2 box it was measured on; float32 rounding allowed, since other CPUs' kernels may block the work
+    differently by batch size)."""
     from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx_batches, onnx_session
 
     enc = load_pretrained("efficientnet-lite0", image_size=64, device="cpu")
@@ -172,6 +174,6 @@ def test_batches_run_side_by_side_give_the_rows_of_one_session_run_bit_for_bit(a
     for threads, batch in ((1, 11), (3, 2), (2, 4)):
         out = np.full((11, want.shape[1]), np.nan, np.float32)
         embed_onnx_batches(enc, (x[s:s + batch] for s in range(0, 11, batch)), artifacts, out, num_threads=threads)
-        np.testing.assert_array_equal(out, want)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="more than the 11 rows"):
         embed_onnx_batches(enc, iter([x, x[:1]]), artifacts, np.empty((11, want.shape[1]), np.float32))
