@@ -145,11 +145,31 @@ def _psycopg2_url(url: str) -> str:
     return url
 
 
-def storage_block(settings: SettingsResource) -> str:
-    """The ``storage`` block of ``dagster.yaml`` for the settings' ``instance_storage`` ('' = Dagster's SQLite
-    default under ``$DAGSTER_HOME``). The password, if any, stays in the environment variable the settings name."""
+#: Dagster's SQLite layout under ``DAGSTER_HOME`` (``dagster._core.instance.ref``): the same folders, so a home
+#: written by Dagster's own classes (or by an older noisycal) keeps its history.
+SQLITE_STORAGE_DIRS = {"run_storage": "history/", "event_log_storage": "history/runs/", "schedule_storage": "schedules"}
+_SQLITE_STORAGE_CLASSES = {"run_storage": "EngineCachingSqliteRunStorage",
+                           "event_log_storage": "EngineCachingSqliteEventLogStorage",
+                           "schedule_storage": "EngineCachingSqliteScheduleStorage"}
+
+
+def storage_block(settings: SettingsResource, dagster_dir: str | Path | None = None) -> str:
+    """The storage blocks of ``dagster.yaml`` for the settings' ``instance_storage``.
+
+    SQLite (the default): Dagster's SQLite storages on its own layout under ``dagster_dir``, with kept SQLAlchemy
+    engines (``orchestration.sqlite_storage``); '' without ``dagster_dir`` (Dagster's defaults). PostgreSQL:
+    ``storage`` (dagster-postgres); the password, if any, stays in the environment variable the settings name."""
     if settings.instance_storage == "sqlite":
-        return ""
+        if dagster_dir is None:
+            return ""
+        root = Path(dagster_dir).resolve()
+        lines = ["# instance storage: Dagster's SQLite files under this folder, one kept engine per file "
+                 "(orchestration/sqlite_storage.py)"]
+        for key, sub in SQLITE_STORAGE_DIRS.items():
+            base = str(root / sub) + ("/" if sub.endswith("/") else "")
+            lines += [f"{key}:", "  module: orchestration.sqlite_storage", f"  class: {_SQLITE_STORAGE_CLASSES[key]}",
+                      "  config:", f"    base_dir: {_yaml_string(base)}"]
+        return "\n".join(lines) + "\n"
     lines = ["# instance storage: PostgreSQL (settings.json instance_storage), shared by every host", "storage:",
              "  postgres:"]
     if settings.postgres_url:
@@ -164,24 +184,26 @@ def storage_block(settings: SettingsResource) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dagster_yaml(settings: SettingsResource | None = None) -> str:
-    """The platform's ``dagster.yaml`` text for ``settings`` (the defaults: :data:`DAGSTER_YAML`)."""
+def dagster_yaml(settings: SettingsResource | None = None, dagster_dir: str | Path | None = None) -> str:
+    """The platform's ``dagster.yaml`` text for ``settings`` and the ``DAGSTER_HOME`` folder ``dagster_dir`` (without
+    it: no storage blocks for SQLite, :data:`DAGSTER_YAML`)."""
     settings = settings or SettingsResource()
     tick_days = f"{settings.retention_days:g}"
-    return _DAGSTER_YAML_TEMPLATE.replace("{tick_days}", tick_days) + storage_block(settings)
+    return _DAGSTER_YAML_TEMPLATE.replace("{tick_days}", tick_days) + storage_block(settings, dagster_dir)
 
 
-#: ``dagster.yaml`` of a home with default settings (SQLite storage, 90 days of ticks)
+#: ``dagster.yaml`` of a home with default settings (SQLite storage, 90 days of ticks), less the storage blocks
+#: that name the home's folder
 DAGSTER_YAML = dagster_yaml()
 
 
 def write_dagster_yaml(path: str | Path, settings: SettingsResource | None = None) -> Path:
     """Create ``path`` (a ``DAGSTER_HOME``) and write the platform's ``dagster.yaml`` for ``settings`` into it if
-    it differs."""
+    it differs (a home moved to another folder gets its storage paths rewritten here)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     cfg = path / "dagster.yaml"
-    text = dagster_yaml(settings)
+    text = dagster_yaml(settings, path)
     if not cfg.is_file() or cfg.read_text(encoding="utf-8") != text:
         atomic_write_text(cfg, text)
     return path

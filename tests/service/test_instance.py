@@ -13,8 +13,8 @@ import pytest
 
 from orchestration.errors import HomeBusy
 from orchestration.instance import (
-    DAGSTER_YAML,
     dagster_home,
+    dagster_yaml,
     home_lock,
     instance_for,
     latest_failures,
@@ -35,7 +35,7 @@ def test_dagster_yaml_is_the_platform_one_and_the_instance_reads_it(tmp_path):
     stale.parent.mkdir(parents=True)
     stale.write_text("telemetry:\n  enabled: true\n")  # an older or hand-edited file is replaced
     path = dagster_home(home)
-    assert (path / "dagster.yaml").read_text() == DAGSTER_YAML
+    assert (path / "dagster.yaml").read_text() == dagster_yaml(None, path)
     instance = instance_for(home)
     assert instance.telemetry_enabled is False
     assert instance.nux_enabled is False  # the UI's first-visit community dialog (links to external sites)
@@ -55,7 +55,7 @@ def test_every_entry_point_writes_the_same_file():
     sources = {name: (REPO / "orchestration" / name).read_text() for name in ("cli.py", "service.py", "demo.py")}
     assert "dagster_home" in sources["cli.py"] and "dagster_home" in sources["service.py"]
     runner = (REPO / "orchestration" / "runner.py").read_text()
-    assert "DAGSTER_YAML" not in runner and "from orchestration.instance import" in runner
+    assert "dagster_yaml" not in runner and "from orchestration.instance import" in runner
     assert "instance_for" in sources["demo.py"]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestration.instance import DAGSTER_YAML
+from orchestration.instance import dagster_yaml
 from tests._server import free_port, wait_for_server_info
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def test_serve_starts_webserver_and_daemon_and_stops_both_on_sigterm(tmp_path):
     )
     try:
         wait_for_server_info(port, time.time() + 240, 1, "the webserver did not answer within 240 s")
-        assert (home / "dagster" / "dagster.yaml").read_text() == DAGSTER_YAML
+        assert (home / "dagster" / "dagster.yaml").read_text() == dagster_yaml(None, home / "dagster")
         children = _children(proc.pid)
         assert len(children) == 3 and all(_alive(c) for c in children)
         cmdlines = {c: Path(f"/proc/{c}/cmdline").read_bytes().replace(b"\0", b" ").decode() for c in children}
