@@ -177,7 +177,7 @@ class Stage:
         """``dg.multi_asset`` whose outputs (name -> column schema or None) each get this stage's key prefix,
         kinds, automation condition and metadata, and their own description from ``descriptions`` when given
         (the UI shows it on the asset); group, pool and partitions are set once. With ``can_subset=True`` no output
-        is required: the step yields only those selected (``context.selected_output_names``)."""
+        is required: the step yields only those selected (``context.op_execution_context.selected_output_names``)."""
         required = not overrides.get("can_subset", False)
         opts = self.options(**overrides)
         shared = {k: opts.pop(k) for k in ("kinds", "automation_condition") if k in opts}

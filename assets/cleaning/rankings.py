@@ -55,7 +55,7 @@ NEAR_DUPLICATES, LABEL_ERRORS = RANK_NEAR_DUPLICATES.path[-1], RANK_LABEL_ERRORS
 def neighbour_rankings(context: dg.AssetExecutionContext, images: pl.DataFrame, embeddings: pl.DataFrame,
                        inbox: InboxResource, settings: SettingsResource) -> Iterator[dg.Output]:
     # the queue extends as annotators go: two stopping runs beyond the deepest near-duplicate answered so far
-    dataset, selected = context.partition_key, context.selected_output_names
+    dataset, selected = context.partition_key, context.op_execution_context.selected_output_names
     depth = queue_depths(inbox, settings, [dataset])[dataset]
     choice = encoder_choice(images, **settings.encoder_keys())
     with kernel_client(settings) as client:
