@@ -5,9 +5,7 @@ State lives in ``$NOISYCAL_HOME/dagster/`` (``DAGSTER_HOME``: run history, parti
 (sensor cursors, the automation cursor and the run keys already executed, mirroring the daemon's dedup).
 """
 
-import datetime
 import json
-import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,14 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.definitions.asset_daemon_cursor import AssetDaemonCursor
-from dagster._core.definitions.declarative_automation.automation_condition_evaluator import (
-    AutomationConditionEvaluator,
-)
-from dagster._core.definitions.declarative_automation.automation_condition_tester import (
-    EvaluateAutomationConditionsResult,
-)
-from dagster._core.definitions.partitions.context import partition_loading_context
 
 from assets.service_checks import CHECK_NAME, report_run_failure, root_message
 from noisycal_platform.files import atomic_write_text
@@ -286,46 +276,12 @@ def _dynamic_partitions_snapshot(instance: dg.DagsterInstance) -> Iterator[None]
 _CURSOR_OBJECT = "_automation_cursor_object"
 
 
-def _evaluate_automation(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: AssetDaemonCursor | None):
-    """What ``dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)`` returns, without its
-    round trip of the cursor through serialisation (a test helper's "simulate actual usage", about 0.3 CPU s per
-    evaluation of the platform's graph): the same evaluator, entity keys, evaluation id and cursor update as
-    Dagster's function (dagster/_core/definitions/declarative_automation/automation_condition_tester.py)."""
-    graph = defs.resolve_asset_graph()
-    selection = dg.AssetSelection.all(include_sources=True) | dg.AssetSelection.all_asset_checks()
-    cursor = cursor or AssetDaemonCursor.empty()
-    keys = {k for k in selection.resolve(graph) | selection.resolve_checks(graph)
-            if graph.get(k).automation_condition is not None}
-    evaluator = AutomationConditionEvaluator(
-        asset_graph=graph,
-        instance=instance,
-        entity_keys=keys | graph.automatable_asset_job_keys,
-        evaluation_time=None,
-        emit_backfills=False,
-        logger=logging.getLogger("dagster.automation_condition_tester"),
-        cursor=cursor,
-        evaluation_id=cursor.evaluation_id,
-    )
-    results, requested = evaluator.evaluate()
-    with partition_loading_context(effective_dt=None, dynamic_partitions_store=instance) as ctx:
-        new_cursor = cursor.with_updates(
-            evaluation_timestamp=datetime.datetime.now().timestamp(),
-            newly_observe_requested_asset_keys=[],
-            evaluation_id=cursor.evaluation_id + 1,
-            condition_cursors=[r.get_new_cursor() for r in results],
-            asset_graph=graph,
-        )
-        return EvaluateAutomationConditionsResult(
-            cursor=new_cursor, requested_subsets=requested, results=results, partition_loading_context=ctx
-        )
-
-
 def _run_automation(defs, instance, state, report: TickReport) -> int:
     cursor = state.get(_CURSOR_OBJECT)
     if cursor is None and state.get("automation_cursor"):
-        cursor = dg.deserialize_value(state["automation_cursor"], AssetDaemonCursor)
+        cursor = dg.deserialize_value(state["automation_cursor"])
     with _dynamic_partitions_snapshot(instance):
-        result = _evaluate_automation(defs, instance, cursor)
+        result = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
     state[_CURSOR_OBJECT] = result.cursor
     if result.total_requested == 0:
         return 0

@@ -12,6 +12,11 @@ out), still with ``NullPool`` (a fresh SQLite connection per use, as Dagster's: 
 threads or across a fork), and a new run database is stamped from one parsed copy of the migration scripts per
 process. The files, tables, schema versions and every query are Dagster's own; a home written by these classes is
 a home Dagster's classes open, and the reverse. ``orchestration.instance`` names them in ``dagster.yaml``.
+
+The one module of the shell on Dagster's internal modules: the classes that ``dagster.yaml`` names (its
+``module``/``class`` keys, Dagster's documented way to configure storage) subclass Dagster's SQLite storages and
+replace two of their methods. ``tests/service/test_sqlite_storage.py`` fails loudly if a Dagster upgrade changes
+what they rely on (files, schema version, engines kept).
 """
 
 from __future__ import annotations
@@ -27,13 +32,12 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import SqlEventLogStorageMetadata
 from dagster._core.storage.event_log.sqlite import sqlite_event_log
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
-from dagster._core.storage.runs.sqlite.sqlite_run_storage import SqliteRunStorage
-from dagster._core.storage.schedules.sqlite.sqlite_schedule_storage import SqliteScheduleStorage
-from dagster._core.storage.sql import create_engine, get_alembic_config, safe_commit
-from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from dagster._core.storage.runs import SqliteRunStorage
+from dagster._core.storage.schedules import SqliteScheduleStorage
+from dagster._core.storage.sql import get_alembic_config
 from sqlalchemy.pool import NullPool
 
 __all__ = [
@@ -46,6 +50,8 @@ __all__ = [
 #: Engines kept per event-log storage object: the index database's and those of the most recently used runs (a
 #: daemon serving a home for a year touches thousands of run databases; each kept engine holds its statement cache).
 MAX_CACHED_ENGINES = 32
+#: Seconds a connection waits for another process's write lock: Dagster's SQLITE_BUSY_TIMEOUT_SECONDS.
+SQLITE_BUSY_TIMEOUT_SECONDS = 30
 #: Tries when another process creates the same run database at the same moment (Dagster's own loop: 10 × 0.2 s).
 INIT_RETRIES = 10
 
@@ -58,7 +64,7 @@ def _event_log_scripts() -> ScriptDirectory:
 
 def _sqlite_engine(conn_string: str, busy_timeout: bool) -> sa.engine.Engine:
     connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_SECONDS} if busy_timeout else {}
-    return create_engine(conn_string, poolclass=NullPool, connect_args=connect_args)
+    return sa.create_engine(conn_string, poolclass=NullPool, connect_args=connect_args)
 
 
 class EngineCachingSqliteEventLogStorage(SqliteEventLogStorage):
@@ -108,7 +114,8 @@ class EngineCachingSqliteEventLogStorage(SqliteEventLogStorage):
                     SqlEventLogStorageMetadata.create_all(engine)
                     conn.execute(sa.text("PRAGMA journal_mode=WAL;"))
                     MigrationContext.configure(conn).stamp(scripts, "head")
-                    safe_commit(conn)
+                    if conn.in_transaction():
+                        conn.commit()
                 return
             except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:  # another process initialising it too
                 message = str(exc)

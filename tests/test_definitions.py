@@ -135,7 +135,7 @@ def test_quality_monitor_schedule_requests_a_run(tmp_path):
 
 def test_the_shell_uses_only_public_dagster_modules():
     """assets/, resources/, orchestration/ and definitions.py import no private module (``dagster._core`` & co.),
-    so a Dagster upgrade cannot break them silently through an internal API."""
+    so a Dagster upgrade cannot break them silently through an internal API; the one exception is named here."""
     import ast
     from pathlib import Path
 
@@ -152,7 +152,9 @@ def test_the_shell_uses_only_public_dagster_modules():
             bad = [".".join(p) for p in parts if p[0].startswith("dagster") and any(q.startswith("_") for q in p[1:])]
             if bad:
                 private.setdefault(str(path.relative_to(repo)), []).extend(bad)
-    assert private == {}
+    # the one exception: the SQLite storage classes dagster.yaml names subclass Dagster's own (its documented
+    # module/class configuration); tests/service/test_sqlite_storage.py guards what they rely on
+    assert set(private) == {"orchestration/sqlite_storage.py"}, private
 
 
 def test_run_status_split_matches_dagster():
