@@ -221,8 +221,11 @@ def _run_side(draw, ev: _Evaluator, lay: _Layout, n_rep: int):
     out = []
     for r_eval in _chunks(n_rep, eval_size):
         parts = [draw(r) for r in _chunks(r_eval, draw_size)]
-        cells = np.concatenate([x[0] for x in parts])
-        scores = parts[0][1] if parts[0][1].ndim == 1 else np.concatenate([x[1] for x in parts])
+        if len(parts) == 1:  # the usual case: no copy of the (R, cells) table
+            cells, scores = parts[0]
+        else:
+            cells = np.concatenate([x[0] for x in parts])
+            scores = parts[0][1] if parts[0][1].ndim == 1 else np.concatenate([x[1] for x in parts])
         out.append(ev(cells, scores))
     return tuple(np.concatenate([o[i] for o in out]) for i in range(4))
 
@@ -257,15 +260,18 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
     noisy = np.flatnonzero((sd > 0).any(axis=1))
 
     def draw(r: int):
+        # counts and score sums are built cell-major, (cells, R) and (cells, G, R): the C-ordered right-hand sides
+        # the sparse products read (a replicate-major table's transpose was copied first)
         if n_occ * 4 < n:  # few cells: one binomial per cell
-            m = rng.multinomial(n, count / n, size=r).astype(float)
+            m_t = rng.multinomial(n, count / n, size=r).T.astype(float)
         else:  # many cells: N uniform items, counted by cell
-            idx = cell_of[rng.integers(0, n, size=(r, n))] + (np.arange(r) * n_occ)[:, None]
-            m = np.bincount(idx.ravel(), minlength=r * n_occ).reshape(r, n_occ).astype(float)
-        ssum = m[:, :, None] * mean[None]  # (R, cells, G)
+            idx = cell_of[rng.integers(0, n, size=(r, n))] * r + np.arange(r)[:, None]
+            m_t = np.bincount(idx.ravel(), minlength=n_occ * r).reshape(n_occ, r).astype(float)
+        ssum_t = m_t[:, None, :] * mean[:, :, None]  # (cells, G, R)
         if noisy.size:
-            ssum[:, noisy] += np.sqrt(m[:, noisy, None]) * sd[noisy] * rng.standard_normal((r, noisy.size, g))
-        return np.asarray((to_cells @ m.T).T), np.asarray((to_scores @ ssum.reshape(r, -1).T).T)
+            z = rng.standard_normal((r, noisy.size, g)).transpose(1, 2, 0)
+            ssum_t[noisy] += np.sqrt(m_t[noisy, None, :]) * sd[noisy, :, None] * z
+        return np.asarray(to_cells @ m_t).T, np.asarray(to_scores @ ssum_t.reshape(-1, r)).T
 
     return draw
 
