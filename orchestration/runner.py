@@ -118,12 +118,22 @@ def _all_assets(defs: dg.Definitions) -> list:
 
 def _blocked_by_failure(graph, keys, partition_key, failed: set) -> set:
     """Keys whose parent failed (or was skipped) earlier in this tick for the same partition, or whose
-    unpartitioned parent failed. A failed partition of a fan-in input never blocks an unpartitioned target."""
-    blocked = set()
-    for key in keys:
-        for parent in graph.get(key).parent_keys:
-            if (parent, None) in failed or (partition_key is not None and (parent, partition_key) in failed):
-                blocked.add(key)
+    unpartitioned parent failed, and the keys of the selection downstream of those (a run may hold several
+    levels of a chain). A failed partition of a fan-in input never blocks an unpartitioned target."""
+    blocked: set = set()
+    changed = True
+    while changed:  # to a fixed point: a selection holds a few levels at most
+        changed = False
+        for key in keys:
+            if key in blocked:
+                continue
+            for parent in graph.get(key).parent_keys:
+                if (parent, None) in failed or parent in blocked or (
+                    partition_key is not None and (parent, partition_key) in failed
+                ):
+                    blocked.add(key)
+                    changed = True
+                    break
     return blocked
 
 
@@ -297,10 +307,30 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
         for pk in result.get_requested_partitions(key) or [None]:
             groups[(levels[key], pname or "", pk or "")].append(key)
     executed = 0
-    for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+    for pk, keys in _merge_sole_levels(groups):
         _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)")
         executed += 1
     return executed
+
+
+def _merge_sole_levels(groups: dict[tuple, list[dg.AssetKey]]) -> list[tuple[str, list[dg.AssetKey]]]:
+    """The runs of one automation round, in order: one per (level, partitions definition, partition key) group,
+    except that consecutive levels holding one group each, of the same partition, make one run (a partition's
+    chain: Dagster orders the steps inside the run and skips those downstream of a failed step or a failed
+    blocking check). Each run costs about 0.3-0.5 s of Dagster's own work (run creation, its event database,
+    planned-materialisation events) however small its steps."""
+    by_level: dict[int, list[tuple[tuple[str, str], list[dg.AssetKey]]]] = defaultdict(list)
+    for (level, pname, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+        by_level[level].append(((pname, pk), keys))
+    runs: list[tuple[tuple[str, str], list[dg.AssetKey], bool]] = []  # (partition, keys, its levels had one group)
+    for level in sorted(by_level):
+        entries = by_level[level]
+        sole = len(entries) == 1
+        if sole and runs and runs[-1][2] and runs[-1][0] == entries[0][0]:
+            runs[-1][1].extend(entries[0][1])
+            continue
+        runs.extend((part, list(keys), sole) for part, keys in entries)
+    return [(part[1], keys) for part, keys, _ in runs]
 
 
 @contextmanager

@@ -433,3 +433,74 @@ def test_an_automation_evaluation_reads_each_dynamic_partitions_definition_once(
     assert reads == ["model_versions"]
     assert instance.get_dynamic_partitions is counted  # what was there before is back
     assert instance.get_dynamic_partitions("model_versions") == ["v1", "v2"]
+
+
+def _chain_defs(flag) -> dg.Definitions:
+    """start -> one -> two -> three, one partition per version; ``two`` fails while ``flag`` exists."""
+
+    @dg.asset(partitions_def=PARTS)
+    def start() -> None:
+        return None
+
+    @dg.asset(partitions_def=PARTS, deps=[start], automation_condition=EAGER_PARTITIONED)
+    def one() -> None:
+        return None
+
+    @dg.asset(partitions_def=PARTS, deps=[one], automation_condition=EAGER_PARTITIONED)
+    def two() -> None:
+        if flag.exists():
+            raise dg.Failure("two's input is broken", allow_retries=False)
+
+    @dg.asset(partitions_def=PARTS, deps=[two], automation_condition=EAGER_PARTITIONED)
+    def three() -> None:
+        return None
+
+    return dg.Definitions(assets=[start, one, two, three])
+
+
+def test_a_partitions_chain_runs_as_one_run_and_stops_below_a_failed_step(tmp_path):
+    """The automation requests one, two and three of v1 (three levels, one partition): one run, not three. When
+    two fails, three is not executed (Dagster skips it inside the run) and the tick reports it failed."""
+    home, flag = tmp_path / "home", tmp_path / "broken"
+    defs = _chain_defs(flag)
+    instance = instance_for(home)
+    instance.add_dynamic_partitions("toy_versions", ["v1"])
+    tick(home, defs=defs)  # the baseline
+    automation = lambda report: [r for r in report.runs if r["reason"] == "automation (eager)"]  # noqa: E731
+
+    def materialized(name: str):
+        return instance.get_latest_materialization_event(dg.AssetKey(name))
+
+    dg.materialize(defs.assets, selection=["start"], partition_key="v1", instance=instance)
+    (run,) = automation(tick(home, defs=defs))
+    assert run["assets"] == ["one", "three", "two"] and run["partition"] == "v1" and run["success"]
+    first = materialized("three").run_id
+    flag.touch()
+    dg.materialize(defs.assets, selection=["start"], partition_key="v1", instance=instance)
+    report = tick(home, defs=defs)
+    (run,) = automation(report)
+    assert not run["success"] and any("two" in e for e in run["errors"])
+    assert materialized("one").run_id == run["run_id"] and materialized("three").run_id == first
+    assert {(k.to_user_string(), pk) for k, pk in report.failed} >= {("two", "v1"), ("three", "v1")}
+
+
+def test_runs_merge_only_levels_that_hold_one_partition_alone():
+    from orchestration.runner import _merge_sole_levels
+
+    a, b, c, d, e = (dg.AssetKey(x) for x in "abcde")
+    groups = {(0, "", ""): [a], (1, "mv", "v1"): [b], (2, "mv", "v1"): [c], (3, "", ""): [d]}
+    assert _merge_sole_levels(groups) == [("", [a]), ("v1", [b, c]), ("", [d])]
+    # a level with two partitions runs each apart; the next level's v1 does not join a run that v2's precedes
+    groups = {(1, "mv", "v1"): [b], (2, "mv", "v1"): [c], (2, "mv", "v2"): [e], (3, "mv", "v1"): [d]}
+    assert _merge_sole_levels(groups) == [("v1", [b]), ("v1", [c]), ("v2", [e]), ("v1", [d])]
+
+
+def test_a_failure_blocks_the_whole_chain_below_it_in_one_selection():
+    from orchestration.runner import _blocked_by_failure
+
+    defs = _chain_defs(flag=None)
+    graph = defs.resolve_asset_graph()
+    one, two, three = (dg.AssetKey(x) for x in ("one", "two", "three"))
+    failed = {(one, "v1")}
+    assert _blocked_by_failure(graph, [two, three], "v1", failed) == {two, three}
+    assert _blocked_by_failure(graph, [two, three], "v2", failed) == set()  # another partition: not blocked
