@@ -142,17 +142,7 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
     blocked = _blocked_by_failure(graph, selection, partition_key, report.failed)
     if blocked:
         report.failed.update((k, partition_key) for k in blocked)
-        report.runs.append(
-            {
-                "reason": reason,
-                "assets": sorted(k.to_user_string() for k in blocked),
-                "partition": partition_key,
-                "success": True,
-                "skipped": True,
-                "run_id": None,
-                "errors": ["not run: an upstream asset failed in this tick"],
-            }
-        )
+        report.runs.append(_skipped_entry(reason, blocked, partition_key, None))
         selection = [k for k in selection if k not in blocked]
         if not selection:
             return
@@ -171,19 +161,28 @@ def _execute(defs, instance, selection, partition_key, tags, report: TickReport,
     _record_run(defs, instance, run_id, selection, partition_key, report, reason)
 
 
+#: The report's line for assets not run because an asset they read failed earlier in the tick or in their run.
+UPSTREAM_FAILED = "not run: an upstream asset failed in this tick"
+
+
+def _skipped_entry(reason: str, keys, partition_key, run_id: str | None) -> dict:
+    return {
+        "reason": reason,
+        "assets": sorted(k.to_user_string() for k in keys),
+        "partition": partition_key,
+        "success": True,
+        "skipped": True,
+        "run_id": run_id,
+        "errors": [UPSTREAM_FAILED],
+    }
+
+
 def _record_run(defs, instance, run_id: str, selection, partition_key, report: TickReport, reason: str) -> None:
-    """What a finished run did, from its event log: success, materialised assets, blocking check failures."""
+    """What a finished run did, from its event log: success, materialised assets, blocking check failures. The
+    assets of the run that Dagster did not execute because an asset they read failed in the same run are listed
+    apart, as the assets of a later run would be (``UPSTREAM_FAILED``)."""
     run = instance.get_run_by_id(run_id)
     success = run.status == dg.DagsterRunStatus.SUCCESS
-    report.runs.append(
-        {
-            "reason": reason,
-            "assets": sorted(k.to_user_string() for k in selection),
-            "partition": partition_key,
-            "success": success,
-            "run_id": run_id,
-        }
-    )
     materialized = {e.dagster_event.asset_key for e in instance.all_logs(run_id, of_type=_T.ASSET_MATERIALIZATION)}
     evaluations = [
         e.dagster_event.event_specific_data for e in instance.all_logs(run_id, of_type=_T.ASSET_CHECK_EVALUATION)
@@ -191,16 +190,29 @@ def _record_run(defs, instance, run_id: str, selection, partition_key, report: T
     failed_checks = {
         e.asset_key for e in evaluations if not e.passed and e.blocking and e.severity == dg.AssetCheckSeverity.ERROR
     }
-    report.failed.update((k, partition_key) for k in selection if k not in materialized or k in failed_checks)
-    if success:
-        return
-    if not report.queued:  # under the daemon, failed_run_sensor reports the failed check
-        checked = {k.asset_key for k in defs.resolve_asset_graph().asset_check_keys if k.name == CHECK_NAME}
-        report_run_failure(instance, run, checked)
-    report.runs[-1]["errors"] = [
-        f"{e.step_key}: {root_message(e.dagster_event.event_specific_data.error)}"
-        for e in instance.all_logs(run_id, of_type=_T.STEP_FAILURE)
-    ]
+    not_done = {k for k in selection if k not in materialized or k in failed_checks}
+    graph = defs.resolve_asset_graph()
+    below = {k for k in not_done if any(p in not_done for p in graph.get(k).parent_keys)}
+    report.runs.append(
+        {
+            "reason": reason,
+            "assets": sorted(k.to_user_string() for k in selection if k not in below),
+            "partition": partition_key,
+            "success": success,
+            "run_id": run_id,
+        }
+    )
+    report.failed.update((k, partition_key) for k in not_done)
+    if not success:
+        if not report.queued:  # under the daemon, failed_run_sensor reports the failed check
+            checked = {k.asset_key for k in graph.asset_check_keys if k.name == CHECK_NAME}
+            report_run_failure(instance, run, checked)
+        report.runs[-1]["errors"] = [
+            f"{e.step_key}: {root_message(e.dagster_event.event_specific_data.error)}"
+            for e in instance.all_logs(run_id, of_type=_T.STEP_FAILURE)
+        ]
+    if below:
+        report.runs.append(_skipped_entry(reason, below, partition_key, run_id))
 
 
 def _run_sensors(defs, instance, state, report: TickReport) -> int:
@@ -307,30 +319,46 @@ def _run_automation(defs, instance, state, report: TickReport) -> int:
         for pk in result.get_requested_partitions(key) or [None]:
             groups[(levels[key], pname or "", pk or "")].append(key)
     executed = 0
-    for pk, keys in _merge_sole_levels(groups):
+    for pk, keys in _plan_runs(graph, groups):
         _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "automation"}, report, "automation (eager)")
         executed += 1
     return executed
 
 
-def _merge_sole_levels(groups: dict[tuple, list[dg.AssetKey]]) -> list[tuple[str, list[dg.AssetKey]]]:
-    """The runs of one automation round, in order: one per (level, partitions definition, partition key) group,
-    except that consecutive levels holding one group each, of the same partition, make one run (a partition's
-    chain: Dagster orders the steps inside the run and skips those downstream of a failed step or a failed
-    blocking check). Each run costs about 0.3-0.5 s of Dagster's own work (run creation, its event database,
-    planned-materialisation events) however small its steps."""
-    by_level: dict[int, list[tuple[tuple[str, str], list[dg.AssetKey]]]] = defaultdict(list)
-    for (level, pname, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
-        by_level[level].append(((pname, pk), keys))
-    runs: list[tuple[tuple[str, str], list[dg.AssetKey], bool]] = []  # (partition, keys, its levels had one group)
-    for level in sorted(by_level):
-        entries = by_level[level]
-        sole = len(entries) == 1
-        if sole and runs and runs[-1][2] and runs[-1][0] == entries[0][0]:
-            runs[-1][1].extend(entries[0][1])
-            continue
-        runs.extend((part, list(keys), sole) for part, keys in entries)
-    return [(part[1], keys) for part, keys, _ in runs]
+def _plan_runs(graph, groups: dict[tuple, list[dg.AssetKey]]) -> list[tuple[str, list[dg.AssetKey]]]:
+    """The runs for ``groups`` ((topological level, partitions definition, partition key) -> keys), in order.
+
+    Groups are taken level by level; a group joins the last run of its partition when every parent of its keys
+    that is planned here runs in that run or before it (Dagster orders the steps inside a run and skips those
+    downstream of a failed step or a failed blocking check); otherwise it starts a run of its own after the
+    others. A partition's chain thus runs as one run unless another partition's step must run in between. Each
+    run costs about 0.3-0.5 s of Dagster's own work (run creation, its event database, planned-materialisation
+    events) however small its steps."""
+    runs: list[tuple[str, list[dg.AssetKey]]] = []
+    last_run_of: dict[tuple[str, str], int] = {}  # partition -> index of its last run
+    ran_in: dict[tuple[dg.AssetKey, str], int] = {}  # (key, partition key) -> index of its run
+    ran_in_any: dict[dg.AssetKey, int] = {}  # key -> index of the last run that holds it, any partition
+
+    def after(parent: dg.AssetKey, pname: str, pk: str) -> int:
+        """The run a step of partition ``pk`` must follow for ``parent``: the same partition of a parent with
+        the same partitions definition, every planned partition of any other parent."""
+        pdef = graph.get(parent).partitions_def
+        if pname and getattr(pdef, "name", None) == pname:
+            return ran_in.get((parent, pk), -1)
+        return ran_in_any.get(parent, -1)
+
+    for (_, pname, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+        needed = max((after(p, pname, pk) for k in keys for p in graph.get(k).parent_keys), default=-1)
+        index = last_run_of.get((pname, pk))
+        if index is None or needed > index:
+            runs.append((pk, []))
+            index = len(runs) - 1
+        runs[index][1].extend(keys)
+        last_run_of[(pname, pk)] = index
+        for k in keys:
+            ran_in[(k, pk)] = index
+            ran_in_any[k] = max(ran_in_any.get(k, -1), index)
+    return runs
 
 
 @contextmanager
@@ -477,7 +505,7 @@ def materialize_everything(
                 continue
             for pk in instance.get_dynamic_partitions(pdef.name):
                 groups[(levels[key], pdef.name, pk)].append(key)
-        for (_, _, pk), keys in sorted(groups.items(), key=lambda kv: kv[0]):
+        for pk, keys in _plan_runs(graph, groups):
             _execute(defs, instance, keys, pk or None, {"noisycal/trigger": "materialize_everything"}, report, "full")
         _refresh_snapshot(report)
     return report

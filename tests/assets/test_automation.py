@@ -460,7 +460,7 @@ def _chain_defs(flag) -> dg.Definitions:
 
 def test_a_partitions_chain_runs_as_one_run_and_stops_below_a_failed_step(tmp_path):
     """The automation requests one, two and three of v1 (three levels, one partition): one run, not three. When
-    two fails, three is not executed (Dagster skips it inside the run) and the tick reports it failed."""
+    two fails, three is not executed (Dagster skips it inside the run) and the tick reports it not run."""
     home, flag = tmp_path / "home", tmp_path / "broken"
     defs = _chain_defs(flag)
     instance = instance_for(home)
@@ -478,21 +478,33 @@ def test_a_partitions_chain_runs_as_one_run_and_stops_below_a_failed_step(tmp_pa
     flag.touch()
     dg.materialize(defs.assets, selection=["start"], partition_key="v1", instance=instance)
     report = tick(home, defs=defs)
-    (run,) = automation(report)
-    assert not run["success"] and any("two" in e for e in run["errors"])
+    run, skipped = automation(report)  # the run, then what it did not execute, listed as a later run's would be
+    assert run["assets"] == ["one", "two"] and not run["success"] and any("two" in e for e in run["errors"])
+    assert skipped["assets"] == ["three"] and skipped["skipped"] and skipped["run_id"] == run["run_id"]
+    assert skipped["errors"] == ["not run: an upstream asset failed in this tick"]
     assert materialized("one").run_id == run["run_id"] and materialized("three").run_id == first
     assert {(k.to_user_string(), pk) for k, pk in report.failed} >= {("two", "v1"), ("three", "v1")}
 
 
-def test_runs_merge_only_levels_that_hold_one_partition_alone():
-    from orchestration.runner import _merge_sole_levels
+def test_a_partitions_chain_joins_its_last_run_unless_another_partitions_step_must_come_between():
+    from orchestration.runner import _plan_runs
 
-    a, b, c, d, e = (dg.AssetKey(x) for x in "abcde")
-    groups = {(0, "", ""): [a], (1, "mv", "v1"): [b], (2, "mv", "v1"): [c], (3, "", ""): [d]}
-    assert _merge_sole_levels(groups) == [("", [a]), ("v1", [b, c]), ("", [d])]
-    # a level with two partitions runs each apart; the next level's v1 does not join a run that v2's precedes
-    groups = {(1, "mv", "v1"): [b], (2, "mv", "v1"): [c], (2, "mv", "v2"): [e], (3, "mv", "v1"): [d]}
-    assert _merge_sole_levels(groups) == [("v1", [b]), ("v1", [c]), ("v2", [e]), ("v1", [d])]
+    graph = _toy_defs().resolve_asset_graph()
+    root, middle, middle_2, reads_both = (dg.AssetKey(x) for x in ("root", "middle", "middle_2", "reads_both"))
+    groups = {(0, "", ""): [root], (1, "toy_versions", "v1"): [middle], (1, "toy_versions", "v2"): [middle],
+              (2, "toy_versions", "v1"): [middle_2], (2, "toy_versions", "v2"): [middle_2], (3, "", ""): [reads_both]}
+    # middle_2 of v1 needs middle of v1 (its run) and root (before it): it joins v1's run; reads_both (every
+    # version's middle and middle_2) runs after both versions, not in root's run
+    assert _plan_runs(graph, groups) == [("", [root]), ("v1", [middle, middle_2]), ("v2", [middle, middle_2]),
+                                         ("", [reads_both])]
+    # reads_both of a plan without v2's middle_2 still waits for v2's middle
+    del groups[(2, "toy_versions", "v2")]
+    assert _plan_runs(graph, groups)[-1] == ("", [reads_both])
+    # an unpartitioned step that only root feeds joins root's run
+    one = _chain_defs(flag=None).resolve_asset_graph()
+    start, one_, two = (dg.AssetKey(x) for x in ("start", "one", "two"))
+    assert _plan_runs(one, {(0, "toy_versions", "v1"): [start], (1, "toy_versions", "v1"): [one_],
+                            (2, "toy_versions", "v1"): [two]}) == [("v1", [start, one_, two])]
 
 
 def test_a_failure_blocks_the_whole_chain_below_it_in_one_selection():
