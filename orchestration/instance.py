@@ -145,12 +145,14 @@ def _psycopg2_url(url: str) -> str:
     return url
 
 
-#: Dagster's SQLite layout under ``DAGSTER_HOME`` (``dagster._core.instance.ref``): the same folders, so a home
-#: written by Dagster's own classes (or by an older noisycal) keeps its history.
-SQLITE_STORAGE_DIRS = {"run_storage": "history/", "event_log_storage": "history/runs/", "schedule_storage": "schedules"}
-_SQLITE_STORAGE_CLASSES = {"run_storage": "EngineCachingSqliteRunStorage",
-                           "event_log_storage": "EngineCachingSqliteEventLogStorage",
-                           "schedule_storage": "EngineCachingSqliteScheduleStorage"}
+#: dagster.yaml key -> (folder under ``DAGSTER_HOME``, class in ``orchestration.sqlite_storage``). The folders are
+#: Dagster's SQLite layout (``dagster._core.instance.ref``), so a home written by Dagster's own classes (or by an
+#: older noisycal) keeps its history.
+SQLITE_STORAGES = {
+    "run_storage": ("history/", "EngineCachingSqliteRunStorage"),
+    "event_log_storage": ("history/runs/", "EngineCachingSqliteEventLogStorage"),
+    "schedule_storage": ("schedules", "EngineCachingSqliteScheduleStorage"),
+}
 
 
 def storage_block(settings: SettingsResource, dagster_dir: str | Path | None = None) -> str:
@@ -165,9 +167,9 @@ def storage_block(settings: SettingsResource, dagster_dir: str | Path | None = N
         root = Path(dagster_dir).resolve()
         lines = ["# instance storage: Dagster's SQLite files under this folder, one kept engine per file "
                  "(orchestration/sqlite_storage.py)"]
-        for key, sub in SQLITE_STORAGE_DIRS.items():
+        for key, (sub, cls) in SQLITE_STORAGES.items():
             base = str(root / sub) + ("/" if sub.endswith("/") else "")
-            lines += [f"{key}:", "  module: orchestration.sqlite_storage", f"  class: {_SQLITE_STORAGE_CLASSES[key]}",
+            lines += [f"{key}:", "  module: orchestration.sqlite_storage", f"  class: {cls}",
                       "  config:", f"    base_dir: {_yaml_string(base)}"]
         return "\n".join(lines) + "\n"
     lines = ["# instance storage: PostgreSQL (settings.json instance_storage), shared by every host", "storage:",

@@ -1,4 +1,4 @@
-"""Dagster's SQLite instance storage with one SQLAlchemy engine per database file instead of one per statement.
+"""Dagster's SQLite instance storage with one SQLAlchemy engine per database file instead of one per connection.
 
 Dagster's SQLite storages (``SqliteRunStorage``, ``SqliteEventLogStorage``, ``SqliteScheduleStorage``) build a new
 SQLAlchemy engine for every connection they open. An engine owns the compiled-statement cache, so every query
@@ -109,11 +109,12 @@ class EngineCachingSqliteEventLogStorage(SqliteEventLogStorage):
         for attempt in range(INIT_RETRIES + 1):
             try:
                 with engine.connect() as conn:
-                    if MigrationContext.configure(conn).get_current_revision():
+                    migration = MigrationContext.configure(conn)
+                    if migration.get_current_revision():
                         return
                     SqlEventLogStorageMetadata.create_all(engine)
                     conn.execute(sa.text("PRAGMA journal_mode=WAL;"))
-                    MigrationContext.configure(conn).stamp(scripts, "head")
+                    migration.stamp(scripts, "head")
                     if conn.in_transaction():
                         conn.commit()
                 return
