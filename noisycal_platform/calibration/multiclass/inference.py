@@ -9,7 +9,8 @@ and NC-ECE = (1/G) Σ_g Σ_k |m_gk| (G = 1 top-label, C classwise): the value of
 Compression. Ỹ_i depends only on the answer pattern of item i (at most (C+1)^K), so a replicate is a table of
 counts over cells (target class, bin, pattern) per row plus score sums over (target class, bin, presence set);
 the refit and the statistic read only these tables, never the items. With the channels held fixed or refitted,
-a replicate costs O(C·B·(C+1)^K) after its counts are drawn.
+a replicate costs O(C·B·(C+1)^K) after its counts are drawn. The tables hold only the cells a replicate can reach
+(each item's rows with every pattern of its presence set; `_Layout`), and the pattern counts are drawn with them.
 
 - bootstrap (items resampled with replacement): items with the same cells and the same fine sub-bins (width
   1/(4B)) share a bootstrap cell; cell counts are Multinomial(N, n_cell/N) and a cell's score sum is
@@ -86,7 +87,10 @@ _EVAL_ELEMENTS = 1 << 23  # replicates × cells evaluated at once
 
 class _Layout:
     """Items → cells. ``slot`` (n, G): cell (t·B + k)·P of each item's row g before adding its pattern key;
-    ``sslot`` (n, G): score cell (t·B + k)·M + presence set; ``score`` (n, G): s_ig."""
+    ``sslot`` (n, G): score cell (t·B + k)·M + presence set; ``score`` (n, G): s_ig. ``cols`` (J,): the cells a
+    replicate can reach, increasing (every pattern of item i's presence set in each row of the item: null draws;
+    bootstrap draws reach only the observed cells, among them), ``colmap`` (n_cells,) the column of each (−1:
+    unreachable); ``col_seg``, ``col_pat``, ``col_t`` (J,): each column's t·B + k, pattern and target class."""
 
     def __init__(self, p: np.ndarray, codes: np.ndarray, kind: str, n_bins: int):
         n, k = codes.shape
@@ -116,6 +120,17 @@ class _Layout:
         self.sslot = (t * n_bins + b) * self.n_masks + self.item_mask[:, None]
         self.n_cells = c * n_bins * self.n_pat
         self.n_scells = c * n_bins * self.n_masks
+        pairs = np.unique(self.slot * self.n_masks + self.item_mask[:, None])  # (slot, presence set) occupied
+        reach = [
+            (pairs[pairs % self.n_masks == m] // self.n_masks)[:, None] + np.flatnonzero(self.pat_mask == m)
+            for m in np.unique(pairs % self.n_masks)  # loop over presence sets (2^K)
+        ]
+        self.cols = np.unique(np.concatenate([x.ravel() for x in reach]))
+        self.colmap = np.full(self.n_cells, -1, np.int64)
+        self.colmap[self.cols] = np.arange(self.cols.size)
+        self.col_seg = self.cols // self.n_pat
+        self.col_pat = self.cols % self.n_pat
+        self.col_t = self.col_seg // n_bins
 
 
 class _Evaluator:
@@ -174,25 +189,36 @@ class _Evaluator:
             w = np.broadcast_to(self.w_point, (r, *self.w_point.shape))
         return t, tinv, w, ok
 
-    def __call__(self, cells: np.ndarray, scores: np.ndarray):
-        """cells (R, C·B·P) counts; scores (R, C·B·M) or (C·B·M,) (fixed) score sums."""
+    def __call__(self, cells: np.ndarray, scores: np.ndarray, counts_p: np.ndarray | None = None):
+        """cells (R, C·B·P) counts, or (R, J) counts on the layout's reachable columns ``cols`` with their
+        pattern counts counts_p (R, P) (each item once); scores (R, C·B·M) or (C·B·M,) (fixed) score sums."""
+        from ._draw_kernel import column_sums  # numba: compiled (or loaded from its cache) on the first call
+
         lay = self.lay
         r = cells.shape[0]
         c, b, p, m, g = lay.c, lay.n_bins, lay.n_pat, lay.n_masks, lay.n_rows
-        a4 = cells.reshape(r, c, b, p)
-        counts_p = a4.sum(axis=(1, 2)) / g  # every item sits once in each of the G rows
+        if counts_p is None:  # a dense table: every item sits once in each of the G rows
+            counts_p = cells.reshape(r, c * b, p).sum(axis=1) / g
+            cells = cells[:, lay.cols]
+        counts_p = np.array(counts_p, np.float64)
         counts_p[:, ~self.annotated] = 0.0
         t, tinv, w, ok = self.channels(counts_p)
         if self.mvu:
             f = self.f0 if not self.refit else mvu_pattern_targets(t, self.q, self.target, self.labels, lay.present)[0]
-            sum_y = (a4 * f.reshape(-1, c, b, p)).sum(axis=3)
-            n_inc = a4 @ self.annotated.astype(float)
+            tgt, tgt_idx = f.reshape(-1, c * b * p), lay.cols  # f (C·B, P) or (R, C·B, P), at the column's cell
+            inc, inc_idx = self.annotated.astype(float)[None], lay.col_pat
             inc_mask = np.broadcast_to((np.arange(m) > 0)[None, :, None], (r, m, c))
         else:
-            y, inc = pattern_targets(tinv, w, self.labels, lay.present)  # (R, P, C)
-            sum_y = np.einsum("rtbp,rpt->rtb", a4, y)
-            n_inc = np.einsum("rtbp,rpt->rtb", a4, inc.astype(float))
+            y, inc_b = pattern_targets(tinv, w, self.labels, lay.present)  # (R, P, C), at the column's (pattern, t)
+            tgt, inc = y.reshape(r, p * c), inc_b.astype(float).reshape(r, p * c)
+            tgt_idx = inc_idx = lay.col_pat * c + lay.col_t
             inc_mask = (np.einsum("mj,rjt->rmt", lay.mask_bits, w) > 0) & (np.arange(m) > 0)[None, :, None]
+        sum_y = np.zeros((r, c * b))
+        n_inc = np.zeros((r, c * b))
+        col_major = bool(cells.flags.f_contiguous and not cells.flags.c_contiguous)
+        column_sums(cells, lay.col_seg, np.ascontiguousarray(tgt, np.float64), tgt_idx,
+                    np.ascontiguousarray(inc, np.float64), inc_idx, col_major, sum_y, n_inc)
+        sum_y, n_inc = sum_y.reshape(r, c, b), n_inc.reshape(r, c, b)
         s4 = np.broadcast_to(scores, (r, c * b * m)).reshape(r, c, b, m)
         sum_s = np.einsum("rtbm,rmt->rtb", s4, inc_mask.astype(float))
         if g == 1:  # top-label: one row over all predicted classes
@@ -215,18 +241,19 @@ def _chunks(total: int, size: int):
 
 
 def _run_side(draw, ev: _Evaluator, lay: _Layout, n_rep: int):
-    """Draw ``n_rep`` replicates' cell tables in memory-sized chunks and evaluate them."""
+    """Draw ``n_rep`` replicates' tables (cells on the reachable columns, score sums, pattern counts) in
+    memory-sized chunks and evaluate them (the chunks, and so the random streams, as with dense (R, cells) tables)."""
     eval_size = max(1, _EVAL_ELEMENTS // lay.n_cells)
     draw_size = max(1, _DRAW_ELEMENTS // (lay.n * lay.n_rows))
     out = []
     for r_eval in _chunks(n_rep, eval_size):
         parts = [draw(r) for r in _chunks(r_eval, draw_size)]
-        if len(parts) == 1:  # the usual case: no copy of the (R, cells) table
-            cells, scores = parts[0]
+        if len(parts) == 1:  # the usual case: no copy of the (R, columns) table
+            cells, scores, counts_p = parts[0]
         else:
-            cells = np.concatenate([x[0] for x in parts])
+            cells, counts_p = (np.concatenate([x[i] for x in parts]) for i in (0, 2))
             scores = parts[0][1] if parts[0][1].ndim == 1 else np.concatenate([x[1] for x in parts])
-        out.append(ev(cells, scores))
+        out.append(ev(cells, scores, counts_p))
     return tuple(np.concatenate([o[i] for o in out]) for i in range(4))
 
 
@@ -237,9 +264,20 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
     two moments of the exact resample and is exact for a cell of one item or of equal scores."""
     n, g = lay.n, lay.n_rows
     sub = np.minimum(np.floor(lay.score * 4 * lay.n_bins).astype(np.int64), 4 * lay.n_bins - 1) % 4
-    _, cell_of, count = np.unique(
-        np.concatenate([lay.slot + lay.key[:, None], sub], axis=1), axis=0, return_inverse=True, return_counts=True
-    )
+    n_seg = lay.c * lay.n_bins
+    if lay.n_cells * n_seg ** (g - 1) * 4**g < 1 << 62:
+        # one int64 per item, ordered as its row [slot_0 + key, …, slot_{G−1} + key, sub_0, …] (the key is shared,
+        # so rows with the same first cell compare by their slots): the cells and their order of np.unique(axis=0)
+        code = lay.slot[:, 0] + lay.key
+        digits = [(lay.slot[:, j] // lay.n_pat, n_seg) for j in range(1, g)] + [(sub[:, j], 4) for j in range(g)]
+        for x, radix in digits:  # loop over the G − 1 + G remaining columns
+            code = code * radix + x
+        _, cell_of, count = np.unique(code, return_inverse=True, return_counts=True)
+    else:
+        _, cell_of, count = np.unique(
+            np.concatenate([lay.slot + lay.key[:, None], sub], axis=1), axis=0, return_inverse=True,
+            return_counts=True
+        )
     cell_of = cell_of.ravel()
     n_occ = count.size
     mean = np.zeros((n_occ, g))
@@ -252,8 +290,10 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
     first[cell_of[::-1]] = np.arange(n)[::-1]  # one item of every cell gives the cell's slots
     cols = np.arange(n_occ * g)
     to_cells = sparse.csr_matrix(
-        (np.ones(n_occ * g), ((lay.slot[first] + lay.key[first, None]).ravel(), cols // g)), shape=(lay.n_cells, n_occ)
+        (np.ones(n_occ * g), (lay.colmap[lay.slot[first] + lay.key[first, None]].ravel(), cols // g)),
+        shape=(lay.cols.size, n_occ),
     )
+    to_pats = sparse.csr_matrix((np.ones(n_occ), (lay.key[first], np.arange(n_occ))), shape=(lay.n_pat, n_occ))
     to_scores = sparse.csr_matrix(
         (np.ones(n_occ * g), (lay.sslot[first].ravel(), cols)), shape=(lay.n_scells, n_occ * g)
     )
@@ -271,7 +311,8 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
         if noisy.size:
             z = rng.standard_normal((r, noisy.size, g)).transpose(1, 2, 0)
             ssum_t[noisy] += np.sqrt(m_t[noisy, None, :]) * sd[noisy, :, None] * z
-        return np.asarray(to_cells @ m_t).T, np.asarray(to_scores @ ssum_t.reshape(-1, r)).T
+        return (np.asarray(to_cells @ m_t).T, np.asarray(to_scores @ ssum_t.reshape(-1, r)).T,
+                np.asarray(to_pats @ m_t).T)
 
     return draw
 
@@ -279,7 +320,7 @@ def _bootstrap_draw(lay: _Layout, rng: np.random.Generator):
 def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Generator):
     """H0: Y_i ~ Categorical(p_i), then the answers of the annotators who labelled item i jointly from
     Π_j T_j[Y_i, a_j]: one inverse-CDF draw over the answer vectors of its presence set; scores fixed."""
-    from ._draw_kernel import null_cells  # numba: compiled (or loaded from its cache) on the first draw
+    from ._draw_kernel import null_columns  # numba: compiled (or loaded from its cache) on the first draw
 
     n, c, k = lay.n, lay.c, lay.k
     cum_p = np.cumsum(p, axis=1)[:, :-1]  # (n, C−1): Y = #{c : cum_c ≤ u}
@@ -309,15 +350,17 @@ def _null_draw(lay: _Layout, p: np.ndarray, t: np.ndarray, rng: np.random.Genera
     args = tuple(
         np.ascontiguousarray(x, dtype=dt)
         for x, dt in ((cum_p, np.float64), (q0, np.int64), (table, np.float64), (row_start, np.int64),
-                      (row_last, np.int64), (guide, np.int64), (entry_key, np.int64), (lay.slot, np.int64))
+                      (row_last, np.int64), (guide, np.int64), (entry_key, np.int64), (lay.slot, np.int64),
+                      (lay.colmap, np.int64))
     )
 
     def draw(r: int):
         u = rng.random((r, n))  # the class draw, then the answer-vector draw: the stream order of the numpy form
         v = rng.random((r, n))
-        cells = np.zeros((r, lay.n_cells))
-        null_cells(u, v, *args, cells)
-        return cells, fixed_scores
+        cells = np.zeros((r, lay.cols.size), np.int32)  # counts ≤ N < 2^31
+        counts_p = np.zeros((r, lay.n_pat), np.int32)
+        null_columns(u, v, *args, cells, counts_p)
+        return cells, fixed_scores, counts_p
 
     return draw
 
