@@ -242,6 +242,10 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     n_cls = int(codes.max()) + 1
     if n_cls == 1:
         return np.ones(n), np.full(n, np.nan), np.full(n, np.inf)
+    from . import _pruned  # imported here: it imports row_blocks, which imports this module
+
+    if n >= _pruned.PRUNE_MIN_ROWS and (pruned := _pruned.pruned_label_distances(x0, codes)) is not None:
+        return ratio_scores(*pruned), *pruned
     perm = np.argsort(codes, kind="stable")
     x = x0[perm]
     del x0  # only the class-sorted copy is used from here on

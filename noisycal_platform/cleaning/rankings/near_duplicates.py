@@ -66,6 +66,10 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     k = int(min(int(top_k), n * (n - 1) // 2))
     if k == 0:
         return PairRanking(np.empty((0, 2), np.int64), np.empty(0, np.float64))
+    from . import _pruned  # imported here: it imports row_blocks, which imports label_errors
+
+    if n >= _pruned.PRUNE_MIN_ROWS and (pruned := _pruned.pruned_top_pairs(x, k)) is not None:
+        return pruned
     lp = screen_rows(x)
     eps2 = lp.eps2
     masked = np.iinfo(np.int32).min  # below every screening product

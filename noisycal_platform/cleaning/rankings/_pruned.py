@@ -1,0 +1,327 @@
+"""Cell-pruned forms of the near-duplicate and label-error rankings: the same results, less of the N² work.
+
+Both scan the pairs that the spherical cells of ``_cells`` cannot rule out, in float32 GEMM blocks screened with the
+rigorous margin ``_kernels.screen_margin`` (eps2), and re-evaluate every pair a screening decision keeps in float64
+(``_kernels.exact_dists``), as the dense kernels do:
+
+1. within each cell (tiles of whole cells, other cells' entries masked), which gives the first thresholds: the
+   k-th best pair so far, or each row's nearest same-label and other-label partner so far;
+2. the outliers (rows in no cell) against every row;
+3. every row against the cells whose bound ``θ(x, c_b) − R_b`` stays within α = arccos(threshold − eps2) of it
+   (a partner y with cos θ(x, y) >= threshold − eps2 could still beat or tie the current one; none of the skipped
+   cells holds one), and the rows whose bound rules out too little against every row of the other cells (pairs)
+   or of the labels they need (label errors).
+
+The thresholds only grow, so a pair skipped at any time could never enter the result: the output equals the dense
+kernels' (a float64 brute force) pair for pair and value for value. Each returns ``None`` when the cells would
+leave more than ``PRUNE_MAX_WORK`` of the N(N − 1)/2 inner products to compute (embeddings without clusters); the
+callers then run their dense scans. Blocks run on ``_kernels.ordered_map`` worker threads (single-threaded BLAS
+each) and are folded in order on the calling thread, so the results do not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+
+from ._cells import Cells, build_cells
+from ._kernels import exact_dists, ordered_map, screen_margin
+from .row_blocks import _TopPairs
+from .types import PairRanking
+
+__all__ = ["PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label_distances", "pruned_top_pairs"]
+
+PRUNE_MIN_ROWS = 20_000  # below this the dense kernels are fast enough that the cells do not pay
+PRUNE_MAX_WORK = 0.4  # fall back to the dense kernels above this share of the N(N − 1)/2 inner products
+MAX_SINGLETON_ROWS = 64  # rows of one-member classes (a scan of every row each) before the dense kernel is used
+_STRIP = 512  # rows per GEMM block
+_COLS = 4096  # columns per GEMM block
+_TILE = 1024  # rows of a within-cell tile (whole cells; a larger cell is a tile by itself)
+
+Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, columns (sorted positions), float32 similarities
+
+
+def _cell_tiles(cells: Cells) -> list[tuple[int, int]]:
+    """Runs of whole consecutive cells of at most ``_TILE`` rows (or one larger cell)."""
+    out, lo = [], 0
+    for b in range(cells.n_cells):
+        if cells.start[b + 1] - cells.start[lo] > _TILE and b > lo:
+            out.append((int(cells.start[lo]), int(cells.start[b])))
+            lo = b
+    if cells.n_cells:
+        out.append((int(cells.start[lo]), int(cells.start[cells.n_cells])))
+    return out
+
+
+def _strips(rows: np.ndarray) -> Iterator[np.ndarray]:
+    for a in range(0, rows.size, _STRIP):
+        yield rows[a : a + _STRIP]
+
+
+def _col_chunks(cols: np.ndarray) -> Iterator[np.ndarray]:
+    for a in range(0, cols.size, _COLS):
+        yield cols[a : a + _COLS]
+
+
+def _by_cell(pos: np.ndarray, cell: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Entries grouped by cell: (cell, its rows), the rows in strips of at most ``_STRIP``."""
+    if pos.size == 0:
+        return []
+    o = np.argsort(cell, kind="stable")
+    pos, cell = pos[o], cell[o]
+    cuts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1], True])
+    return [
+        (int(cell[a]), pos[s : min(s + _STRIP, b)]) for a, b in itertools.pairwise(cuts.tolist())
+        for s in range(a, b, _STRIP)
+    ]
+
+
+def _alpha(threshold: np.ndarray | float, eps2: float) -> np.ndarray:
+    """arccos(threshold − eps2), π where no threshold is known (−inf)."""
+    t = np.asarray(threshold, np.float64) - eps2
+    return np.arccos(np.clip(np.nan_to_num(t, nan=-1.0, neginf=-1.0), -1.0, 1.0))
+
+
+# --- near duplicates ----------------------------------------------------------------------------------------------
+
+
+def pruned_top_pairs(x: np.ndarray, k: int) -> PairRanking | None:
+    """The exact top-``k`` closest pairs of the unit float32 rows ``x`` (as ``rank_near_duplicates``), or ``None``
+    when the cells leave more than ``PRUNE_MAX_WORK`` of the work."""
+    n = x.shape[0]
+    cells = build_cells(x)
+    order, nc, cell, start = cells.order, cells.n_core, cells.cell, cells.start
+    xs = x[order]
+    top = _TopPairs(k, screen_margin(xs))
+    eps2 = top.eps2
+
+    def within(tile: tuple[int, int]) -> list[Block]:
+        lo, hi = tile
+        out = []
+        for r0 in range(lo, hi, _STRIP):
+            r1 = min(r0 + _STRIP, hi)
+            s = xs[r0:r1] @ xs[r0:hi].T
+            rows, cols = np.arange(r0, r1), np.arange(r0, hi)
+            s[(cell[rows][:, None] != cell[cols][None, :]) | (cols[None, :] <= rows[:, None])] = -np.inf
+            out.append((rows, cols, s))
+        return out
+
+    def against(task: tuple[np.ndarray, np.ndarray, np.ndarray | None]) -> list[Block]:
+        rows, cols, col_min = task  # col_min: per row, the first column it may pair with (None: all)
+        s = xs[rows] @ xs[cols].T
+        if col_min is not None:
+            s[cols[None, :] < col_min[:, None]] = -np.inf
+        return [(rows, cols, s)]
+
+    def fold(blocks: Iterator[list[Block]]) -> None:
+        for part in blocks:
+            for rows, cols, s in part:
+                r, c = top.screen(s, s.max(axis=1))
+                if r.size:
+                    i, j = order[rows[r]], order[cols[c]]
+                    top.add(np.minimum(i, j), np.maximum(i, j), exact_dists(xs, rows[r], cols[c]))
+
+    with ordered_map(n > _STRIP) as pmap:
+        fold(pmap(within, _cell_tiles(cells)))
+        ((pos, cb, dense),) = cells.candidates(xs, _alpha(top.thr, eps2))
+        later = cb > cell[pos]  # a pair of two cells is scanned from the row of the lower cell
+        pos, cb = pos[later], cb[later]
+        dense_rows = np.flatnonzero(dense)
+        sizes = np.diff(start)
+        work = sizes[cb].sum() + (nc - start[cell[dense_rows] + 1]).sum() + (n - nc) * n
+        if work > PRUNE_MAX_WORK * n * (n - 1) / 2:
+            return None
+        tasks: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = [
+            (rows, np.arange(start[b], start[b + 1]), None) for b, rows in _by_cell(pos, cb)
+        ]
+        for rows in _strips(dense_rows):  # rows the cells rule out too little for: every row of a later cell
+            first = start[cell[rows] + 1]
+            tasks += [(rows, cols, first) for cols in _col_chunks(np.arange(int(first.min()), nc))]
+        outliers = np.arange(nc, n)
+        for rows in _strips(outliers):  # outliers: every core row, and the outliers after them
+            tasks += [(rows, cols, None) for cols in _col_chunks(np.arange(nc))]
+            tasks += [(rows, cols, rows + 1) for cols in _col_chunks(np.arange(int(rows[0]) + 1, n))]
+        fold(pmap(against, tasks))
+    i, j, d = top.result()
+    return PairRanking(np.stack([i, j], axis=1), d)
+
+
+# --- label errors -------------------------------------------------------------------------------------------------
+
+
+class _Nearest:
+    """Per sorted position: the running largest float32 similarity to a partner of one kind and the records
+    (position, partner, similarity) within eps2 of it; the exact distance at the end (see the module docstring)."""
+
+    def __init__(self, n: int, eps2: float) -> None:
+        self.best = np.full(n, -np.inf)
+        self.eps2 = eps2
+        self.p: list[np.ndarray] = []
+        self.q: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.size = 0
+
+    def fold(self, rows: np.ndarray, row_max: np.ndarray, p: np.ndarray, q: np.ndarray, v: np.ndarray) -> None:
+        self.best[rows] = np.maximum(self.best[rows], row_max)  # rows are distinct within a block
+        self.p.append(p)
+        self.q.append(q)
+        self.v.append(v)
+        self.size += p.size
+        if self.size > 1 << 22:
+            self._compact()
+
+    def _compact(self) -> None:
+        p, q, v = np.concatenate(self.p), np.concatenate(self.q), np.concatenate(self.v)
+        keep = v >= self.best[p] - self.eps2
+        self.p, self.q, self.v = [p[keep]], [q[keep]], [v[keep]]
+        self.size = int(keep.sum())
+
+    def exact(self, xs: np.ndarray) -> np.ndarray:
+        out = np.full(self.best.size, np.inf)
+        if self.p:
+            self._compact()
+            p, q = self.p[0], self.q[0]
+            np.minimum.at(out, p, exact_dists(xs, p, q))
+        return out
+
+
+def _label_runs(labels: np.ndarray) -> list[tuple[int, int, int]]:
+    """(label, lo, hi) of the runs of a label-sorted array."""
+    if labels.size == 0:
+        return []
+    cuts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1], True])
+    return [(int(labels[a]), int(a), int(b)) for a, b in itertools.pairwise(cuts.tolist())]
+
+
+def _kind_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarray, kinds: str, eps2: float) -> list:
+    """Per kind ("s" same label, "d" other label) of ``kinds``: the row maxima of block ``s`` (rows and columns
+    label-sorted, so each kind is a set of rectangular sub-blocks) and the (row, column, value) entries within eps2
+    of them. Entries of −inf (masked) are never recorded."""
+    runs_r, runs_c = _label_runs(lab[rows]), _label_runs(lab[cols])
+    out = []
+    for kind in kinds:
+        subs = [(r0, r1, c0, c1) for la, r0, r1 in runs_r for lb, c0, c1 in runs_c if (la == lb) == (kind == "s")]
+        m = np.full(rows.size, -np.inf, np.float32)
+        for r0, r1, c0, c1 in subs:
+            np.maximum(m[r0:r1], s[r0:r1, c0:c1].max(axis=1), out=m[r0:r1])
+        floor = np.maximum(m - np.float32(eps2), np.float32(-3.0))  # sims are >= -1 - 1e-6: −inf is never kept
+        ps, qs, vs = [], [], []
+        for r0, r1, c0, c1 in subs:
+            sub = s[r0:r1, c0:c1]
+            flat = np.flatnonzero(sub >= floor[r0:r1, None])
+            r, c = flat // (c1 - c0), flat % (c1 - c0)
+            ps.append(rows[r0 + r])
+            qs.append(cols[c0 + c])
+            vs.append(sub[r, c].astype(np.float64))
+        cat = (lambda v, dt: np.concatenate(v) if v else np.empty(0, dt))  # noqa: E731
+        out.append((kind, rows, m.astype(np.float64), cat(ps, np.int64), cat(qs, np.int64), cat(vs, np.float64)))
+    return out
+
+
+def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Exact ``(d_same, d_diff)`` of ``label_error_scores`` for the unit float32 rows ``x`` and integer labels
+    ``codes`` (0..C−1), or ``None`` when the cells leave more than ``PRUNE_MAX_WORK`` of the work or more than
+    ``MAX_SINGLETON_ROWS`` rows are alone in their class.
+
+    Every block is label-sorted along both sides, so the same-label and other-label partners of its rows are
+    rectangular sub-blocks. After the cells and the outliers, each row is scanned against the cells near enough to
+    beat its best partner of either kind (its neighbourhood), then per kind against the cells that can still hold
+    a nearer partner of that kind, or against every row of its label (same) or of the other labels (other)."""
+    n = x.shape[0]
+    counts = np.bincount(codes)
+    if int((counts == 1).sum()) > MAX_SINGLETON_ROWS:
+        return None
+    cells = build_cells(x)
+    order, nc, cell, start = cells.order, cells.n_core, cells.cell, cells.start
+    xs = x[order]
+    lab = codes[order]
+    eps2 = screen_margin(xs)
+    near = {"s": _Nearest(n, eps2), "d": _Nearest(n, eps2)}
+    single = counts[lab] == 1
+
+    def by_label(pos: np.ndarray) -> np.ndarray:
+        return pos[np.argsort(lab[pos], kind="stable")]
+
+    def within(tile: tuple[int, int]) -> list:
+        pos = by_label(np.arange(*tile))
+        s = xs[pos] @ xs[pos].T
+        s[cell[pos][:, None] != cell[pos][None, :]] = -np.inf
+        np.fill_diagonal(s, -np.inf)
+        return _kind_scan(s, pos, pos, lab, "sd", eps2)
+
+    def against(task: tuple[np.ndarray, np.ndarray, str, bool]) -> list:
+        rows, cols, kinds, both_ways = task  # both label-sorted
+        s = xs[rows] @ xs[cols].T
+        _, i, j = np.intersect1d(rows, cols, assume_unique=True, return_indices=True)
+        s[i, j] = -np.inf  # a row is not its own partner
+        out = _kind_scan(s, rows, cols, lab, kinds, eps2)
+        if both_ways:
+            out += _kind_scan(s.T, cols, rows, lab, kinds, eps2)
+        return out
+
+    def fold(parts: Iterator[list]) -> None:
+        for part in parts:
+            for kind, rows, m, p, q, v in part:
+                near[kind].fold(rows, m, p, q, v)
+
+    def cell_tasks(pos: np.ndarray, cb: np.ndarray, kinds: str) -> list:
+        return [(by_label(rows), by_label(np.arange(start[b], start[b + 1])), kinds, False)
+                for b, rows in _by_cell(pos, cb)]
+
+    outliers = by_label(np.arange(nc, n))
+    lorder = by_label(np.arange(nc))  # core positions, label-sorted
+    n_cls = int(counts.size)
+    lstart = np.searchsorted(lab[lorder], np.arange(n_cls + 1))
+    need_same = ~single[:nc]
+    with ordered_map(n > _STRIP) as pmap:
+        fold(pmap(within, _cell_tiles(cells)))
+        # outliers against the core (both directions) and against each other
+        tasks = [(rows, cols, "sd", True) for cols in _strips(outliers) for rows in _col_chunks(lorder)]
+        tasks += [(rows, cols, "sd", False) for rows in _strips(outliers) for cols in _col_chunks(outliers)]
+        fold(pmap(against, tasks))
+        # each row's neighbourhood: the cells that may beat its best partner of either kind
+        best = np.maximum(np.where(need_same, near["s"].best[:nc], -np.inf), near["d"].best[:nc])
+        ((p1, c1, _),) = cells.candidates(xs, _alpha(best, eps2))
+        other = c1 != cell[p1]
+        p1, c1 = p1[other], c1[other]
+        fold(pmap(against, cell_tasks(p1, c1, "sd")))
+        seen = p1 * cells.n_cells + c1
+        # per kind: the cells that may still hold a nearer partner of that kind and hold that kind at all
+        a_same = np.where(need_same, _alpha(near["s"].best[:nc], eps2), 0.0)
+        (p_s, c_s, dense_s), (p_d, c_d, dense_d) = cells.candidates(xs, a_same, _alpha(near["d"].best[:nc], eps2))
+        dense_s &= need_same
+        key = np.unique(cell * n_cls + lab[:nc])  # (cell, label) pairs present
+        n_lab = np.bincount(key // n_cls, minlength=cells.n_cells)
+        only_lab = np.full(cells.n_cells, -1)
+        only_lab[key // n_cls] = key % n_cls  # the label of a one-label cell
+        ok_s = need_same[p_s] & (c_s != cell[p_s]) & np.isin(c_s * n_cls + lab[p_s], key)
+        ok_d = (c_d != cell[p_d]) & ((n_lab[c_d] > 1) | (only_lab[c_d] != lab[p_d]))
+        ent = np.unique(np.r_[p_s[ok_s] * cells.n_cells + c_s[ok_s], p_d[ok_d] * cells.n_cells + c_d[ok_d]])
+        ent = ent[~np.isin(ent, seen)]
+        pos, cb = ent // cells.n_cells, ent % cells.n_cells
+        sizes, n_of = np.diff(start), np.diff(lstart)
+        work = (sizes[cb].sum() + sizes[c1].sum() + n_of[lab[:nc][dense_s]].sum()
+                + (nc - n_of[lab[:nc][dense_d]]).sum() + (n - nc) * n)
+        if work > PRUNE_MAX_WORK * n * (n - 1) / 2:
+            return None
+        tasks = cell_tasks(pos, cb, "sd")
+        for c in range(n_cls):  # rows the cells rule out too little for: every core row of the label(s) needed
+            mine = lorder[lstart[c] : lstart[c + 1]]
+            others = np.r_[lorder[: lstart[c]], lorder[lstart[c + 1] :]]
+            for rows in _strips(np.flatnonzero(dense_s & (lab[:nc] == c))):
+                tasks += [(rows, cols, "s", False) for cols in _col_chunks(mine)]
+            for rows in _strips(np.flatnonzero(dense_d & (lab[:nc] == c))):
+                tasks += [(rows, cols, "d", False) for cols in _col_chunks(others)]
+        fold(pmap(against, tasks))
+    d_same_s, d_diff_s = near["s"].exact(xs), near["d"].exact(xs)
+    for p in np.flatnonzero(single):  # one-member classes: the farthest other-label row (the dense convention)
+        s = (xs @ xs[p]).astype(np.float64)
+        s[lab == lab[p]] = np.inf
+        q = np.flatnonzero(s <= s.min() + eps2)
+        d_same_s[p] = exact_dists(xs, np.full(q.size, p), q).max()
+    d_same, d_diff = np.empty(n), np.empty(n)
+    d_same[order] = d_same_s
+    d_diff[order] = d_diff_s
+    return d_same, d_diff
