@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from ._kernels import BLOCK_ELEMS, floor32, ordered_map, sim_error_bound
+from ._kernels import BLOCK_ELEMS, OrderedMap, floor32, ordered_map, sim_error_bound
 
 __all__ = ["Cells", "build_cells"]
 
@@ -70,7 +70,8 @@ class Cells:
     def n_cells(self) -> int:
         return int(self.radius.size)
 
-    def candidates(self, xs: np.ndarray, *alphas: np.ndarray | float) -> list[_Entries]:
+    def candidates(self, xs: np.ndarray, *alphas: np.ndarray | float, pmap: OrderedMap | None = None
+                   ) -> list[_Entries]:
         """Cells that may hold a partner within angle α of each core position, for each α of ``alphas`` (radians,
         scalar or per core position; π or more = any partner), from one GEMM pass against the centres.
 
@@ -79,7 +80,8 @@ class Cells:
         α reaches π − max R, where every cell passes, or more than a quarter of the cells pass); those have no
         entries. A cell passes when g(x, b) >= cos(R_b + α) − eps. One comparison per cell and row against the
         row's loosest threshold cos(max R + α) − eps (rounded down to float32) finds the entries, which are then
-        tested with their own R_b in float64."""
+        tested with their own R_b in float64. ``pmap``: the caller's open ``ordered_map`` (a second one opened inside
+        it would see a single-threaded BLAS and run serially)."""
         n = self.n_core
         r_max = float(self.radius.max(initial=0.0))
         cap = max(1, self.n_cells // 4)
@@ -104,7 +106,10 @@ class Cells:
                 out.append((a + line[keep], cell[keep], a + np.flatnonzero(many)))
             return out
 
-        with ordered_map(n > _CHUNK) as pmap:
+        if pmap is None:
+            with ordered_map(n > _CHUNK) as own:
+                parts = list(own(task, range(0, n, _CHUNK)))
+        else:
             parts = list(pmap(task, range(0, n, _CHUNK)))
         result = []
         for i, (_, dense, _) in enumerate(kinds):
@@ -117,6 +122,17 @@ class Cells:
                 pos, cell = np.empty(0, np.int64), np.empty(0, np.int64)
             result.append((pos, cell, dense))
         return result
+
+    def neighbours(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Cell pairs (a, b), a != b, with θ(c_a, c_b) − R_a − R_b <= ``alpha[a]`` (a lower bound of every member
+        pair's angle, from the float32 centre products widened by 2 eps): the cells whose members may lie within
+        α of cell a's."""
+        g = self.centres @ self.centres.T
+        ang = np.arccos(np.clip(g.astype(np.float64) + 2.0 * self.eps, -1.0, 1.0))
+        ang -= self.radius[:, None] + self.radius[None, :]
+        a, b = np.nonzero(ang <= np.asarray(alpha, np.float64)[:, None])
+        keep = a != b
+        return a[keep], b[keep]
 
     def keep_threshold(self, alpha: np.ndarray | float, radius: np.ndarray | float) -> np.ndarray:
         """cos(min(π, R + α)) − eps, less 1e-9 for the float64 rounding: the g at or above which a cell of radius

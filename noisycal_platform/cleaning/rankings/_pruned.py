@@ -6,11 +6,12 @@ rigorous margin ``_kernels.screen_margin`` (eps2), and re-evaluate every pair a 
 
 1. within each cell (tiles of whole cells, other cells' entries masked), which gives the first thresholds: the
    k-th best pair so far, or each row's nearest same-label and other-label partner so far;
-2. the outliers (rows in no cell) against every row;
-3. every row against the cells whose bound ``θ(x, c_b) − R_b`` stays within α = arccos(threshold − eps2) of it
+2. every row against the cells whose bound ``θ(x, c_b) − R_b`` stays within α = arccos(threshold − eps2) of it
    (a partner y with cos θ(x, y) >= threshold − eps2 could still beat or tie the current one; none of the skipped
    cells holds one), and the rows whose bound rules out too little against every row of the other cells (pairs)
-   or of the labels they need (label errors).
+   or of the labels they need (label errors);
+3. the outliers (rows in no cell) against every row (label errors: right after step 1 and both ways, so that the
+   thresholds of step 2 include them).
 
 The thresholds only grow, so a pair skipped at any time could never enter the result: the output equals the dense
 kernels' (a float64 brute force) pair for pair and value for value. Each returns ``None`` when the cells would
@@ -27,7 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ._cells import Cells, build_cells
-from ._kernels import exact_dists, ordered_map, screen_margin
+from ._kernels import exact_dists, floor32, ordered_map, screen_margin
 from .row_blocks import _TopPairs
 from .types import PairRanking
 
@@ -38,20 +39,27 @@ PRUNE_MAX_WORK = 0.4  # fall back to the dense kernels above this share of the N
 MAX_SINGLETON_ROWS = 64  # rows of one-member classes (a scan of every row each) before the dense kernel is used
 _STRIP = 512  # rows per GEMM block
 _COLS = 4096  # columns per GEMM block
-_TILE = 1024  # rows of a within-cell tile (whole cells; a larger cell is a tile by itself)
+_TILE = 512  # rows of a within-cell tile (whole cells; a larger cell is a tile by itself)
+_NEIGH_ROWS = 128  # rows per task of the neighbourhood pass (whole cells, against the union of their neighbours)
 
 Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, columns (sorted positions), float32 similarities
 
 
-def _cell_tiles(cells: Cells) -> list[tuple[int, int]]:
-    """Runs of whole consecutive cells of at most ``_TILE`` rows (or one larger cell)."""
+def _cell_tiles(cells: Cells, size: int | None = None) -> list[tuple[int, int]]:
+    """Row ranges of runs of whole consecutive cells of at most ``size`` (default ``_TILE``) rows (or one larger
+    cell)."""
+    return [(int(cells.start[a]), int(cells.start[b])) for a, b in _cell_runs(cells, size or _TILE)]
+
+
+def _cell_runs(cells: Cells, size: int) -> list[tuple[int, int]]:
+    """Runs [a, b) of consecutive cells with at most ``size`` rows in all (or one larger cell)."""
     out, lo = [], 0
     for b in range(cells.n_cells):
-        if cells.start[b + 1] - cells.start[lo] > _TILE and b > lo:
-            out.append((int(cells.start[lo]), int(cells.start[b])))
+        if cells.start[b + 1] - cells.start[lo] > size and b > lo:
+            out.append((lo, b))
             lo = b
     if cells.n_cells:
-        out.append((int(cells.start[lo]), int(cells.start[cells.n_cells])))
+        out.append((lo, cells.n_cells))
     return out
 
 
@@ -63,6 +71,11 @@ def _strips(rows: np.ndarray) -> Iterator[np.ndarray]:
 def _col_chunks(cols: np.ndarray) -> Iterator[np.ndarray]:
     for a in range(0, cols.size, _COLS):
         yield cols[a : a + _COLS]
+
+
+def _slices(lo: int, hi: int) -> list[slice]:
+    """[lo, hi) in slices of at most ``_COLS``."""
+    return [slice(a, min(a + _COLS, hi)) for a in range(lo, hi, _COLS)]
 
 
 def _by_cell(pos: np.ndarray, cell: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -125,7 +138,7 @@ def pruned_top_pairs(x: np.ndarray, k: int) -> PairRanking | None:
 
     with ordered_map(n > _STRIP) as pmap:
         fold(pmap(within, _cell_tiles(cells)))
-        ((pos, cb, dense),) = cells.candidates(xs, _alpha(top.thr, eps2))
+        ((pos, cb, dense),) = cells.candidates(xs, _alpha(top.thr, eps2), pmap=pmap)
         later = cb > cell[pos]  # a pair of two cells is scanned from the row of the lower cell
         pos, cb = pos[later], cb[later]
         dense_rows = np.flatnonzero(dense)
@@ -195,28 +208,61 @@ def _label_runs(labels: np.ndarray) -> list[tuple[int, int, int]]:
     return [(int(labels[a]), int(a), int(b)) for a, b in itertools.pairwise(cuts.tolist())]
 
 
-def _kind_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarray, kinds: str, eps2: float) -> list:
+def _kind_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarray, kinds: str, eps2: float,
+               by_cols: bool = False) -> list:
     """Per kind ("s" same label, "d" other label) of ``kinds``: the row maxima of block ``s`` (rows and columns
     label-sorted, so each kind is a set of rectangular sub-blocks) and the (row, column, value) entries within eps2
-    of them. Entries of −inf (masked) are never recorded."""
+    of them; ``by_cols``: the same for the columns as the points (column maxima, (column, row, value) entries),
+    without a transposed copy. Entries of −inf (masked) are never recorded."""
     runs_r, runs_c = _label_runs(lab[rows]), _label_runs(lab[cols])
+    points = cols if by_cols else rows
     out = []
     for kind in kinds:
         subs = [(r0, r1, c0, c1) for la, r0, r1 in runs_r for lb, c0, c1 in runs_c if (la == lb) == (kind == "s")]
-        m = np.full(rows.size, -np.inf, np.float32)
+        m = np.full(points.size, -np.inf, np.float32)
         for r0, r1, c0, c1 in subs:
-            np.maximum(m[r0:r1], s[r0:r1, c0:c1].max(axis=1), out=m[r0:r1])
+            lo, hi = (c0, c1) if by_cols else (r0, r1)
+            np.maximum(m[lo:hi], s[r0:r1, c0:c1].max(axis=0 if by_cols else 1), out=m[lo:hi])
         floor = np.maximum(m - np.float32(eps2), np.float32(-3.0))  # sims are >= -1 - 1e-6: −inf is never kept
         ps, qs, vs = [], [], []
         for r0, r1, c0, c1 in subs:
             sub = s[r0:r1, c0:c1]
-            flat = np.flatnonzero(sub >= floor[r0:r1, None])
+            flat = np.flatnonzero(sub >= (floor[None, c0:c1] if by_cols else floor[r0:r1, None]))
             r, c = flat // (c1 - c0), flat % (c1 - c0)
-            ps.append(rows[r0 + r])
-            qs.append(cols[c0 + c])
+            pr, pc = rows[r0 + r], cols[c0 + c]
+            ps.append(pc if by_cols else pr)
+            qs.append(pr if by_cols else pc)
             vs.append(sub[r, c].astype(np.float64))
         cat = (lambda v, dt: np.concatenate(v) if v else np.empty(0, dt))  # noqa: E731
-        out.append((kind, rows, m.astype(np.float64), cat(ps, np.int64), cat(qs, np.int64), cat(vs, np.float64)))
+        out.append((kind, points, m.astype(np.float64), cat(ps, np.int64), cat(qs, np.int64), cat(vs, np.float64)))
+    return out
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The integers of the ranges [lo_e, hi_e) one after another, and the range e of each."""
+    size = hi - lo
+    which = np.repeat(np.arange(size.size), size)
+    first = np.r_[0, np.cumsum(size)[:-1]]
+    return which, lo[which] + np.arange(which.size) - first[which]
+
+
+def _floor_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarray, kinds: str,
+                floor: np.ndarray, by_cols: bool = False) -> list:
+    """``_kind_scan`` for points whose partners below ``floor`` (float32, finite; per point, the current best of
+    the kinds scanned less eps2, from any earlier state: bests only grow) can no longer matter: one comparison pass,
+    and the maxima and records from the entries at or above it only (an entry below cannot raise a best and fails
+    the final eps2 filter)."""
+    flat = np.flatnonzero(s >= (floor[None, :] if by_cols else floor[:, None]))
+    r, c = flat // s.shape[1], flat % s.shape[1]
+    v = s[r, c].astype(np.float64)
+    (p, q, at), points = ((cols[c], rows[r], c), cols) if by_cols else ((rows[r], cols[c], r), rows)
+    eq = lab[p] == lab[q]  # a point's own entry is −inf, below every finite floor
+    out = []
+    for kind in kinds:
+        k = eq if kind == "s" else ~eq
+        m = np.full(points.size, -np.inf)
+        np.maximum.at(m, at[k], v[k])
+        out.append((kind, points, m, p[k], q[k], v[k]))
     return out
 
 
@@ -226,9 +272,11 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
     ``MAX_SINGLETON_ROWS`` rows are alone in their class.
 
     Every block is label-sorted along both sides, so the same-label and other-label partners of its rows are
-    rectangular sub-blocks. After the cells and the outliers, each row is scanned against the cells near enough to
-    beat its best partner of either kind (its neighbourhood), then per kind against the cells that can still hold
-    a nearer partner of that kind, or against every row of its label (same) or of the other labels (other)."""
+    rectangular sub-blocks. After the cells and the outliers (both ways), each row is scanned against the cells
+    whose caps overlap its own cell's (a first tightening where a cluster spans several cells), then per kind
+    against the cells that can still hold a nearer partner of that kind, or against every row of its label (same)
+    or of the other labels (other). Once a row's best of the kinds a block scans is known, only the block entries
+    within eps2 of it are looked at (``_floor_scan``)."""
     n = x.shape[0]
     counts = np.bincount(codes)
     if int((counts == 1).sum()) > MAX_SINGLETON_ROWS:
@@ -251,14 +299,45 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         np.fill_diagonal(s, -np.inf)
         return _kind_scan(s, pos, pos, lab, "sd", eps2)
 
-    def against(task: tuple[np.ndarray, np.ndarray, str, bool]) -> list:
-        rows, cols, kinds, both_ways = task  # both label-sorted
-        s = xs[rows] @ xs[cols].T
+    def floor_of(rows: np.ndarray, kinds: str) -> np.ndarray:
+        """The rows' floors for ``_floor_scan`` from the bests of the kinds they need as this thread reads them
+        (the fold on the main thread only raises them: any value read is a valid floor, and the results do not
+        depend on which); −inf where a needed best is still unknown."""
+        f = np.full(rows.size, np.inf)
+        for kind in kinds:
+            b = near[kind].best[rows]
+            f = np.minimum(f, b if kind == "d" else np.where(single[rows], np.inf, b))
+        return floor32(f - eps2)
+
+    def scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, kinds: str, by_cols: bool = False) -> list:
+        """``_floor_scan`` for the points (rows, or columns ``by_cols``) with finite floors, ``_kind_scan`` for the
+        others."""
+        floor = floor_of(cols if by_cols else rows, kinds)
+        fin = np.isfinite(floor)
+        if fin.all():
+            return _floor_scan(s, rows, cols, lab, kinds, floor, by_cols)
+        if not fin.any():
+            return _kind_scan(s, rows, cols, lab, kinds, eps2, by_cols)
+        if by_cols:
+            return (_floor_scan(s[:, fin], rows, cols[fin], lab, kinds, floor[fin], True)
+                    + _kind_scan(s[:, ~fin], rows, cols[~fin], lab, kinds, eps2, True))
+        return (_floor_scan(s[fin], rows[fin], cols, lab, kinds, floor[fin])
+                + _kind_scan(s[~fin], rows[~fin], cols, lab, kinds, eps2))
+
+    def against(task: tuple[np.ndarray, np.ndarray | slice, str, bool]) -> list:
+        rows, cols, kinds, both_ways = task  # cols: positions, or a slice of the label-sorted core rows ``xl``
+        rows = by_label(rows)
+        if isinstance(cols, slice):
+            s = xs[rows] @ xl[cols].T
+            cols = lorder[cols]
+        else:
+            cols = by_label(cols)
+            s = xs[rows] @ xs[cols].T
         _, i, j = np.intersect1d(rows, cols, assume_unique=True, return_indices=True)
         s[i, j] = -np.inf  # a row is not its own partner
-        out = _kind_scan(s, rows, cols, lab, kinds, eps2)
+        out = scan(s, rows, cols, kinds)
         if both_ways:
-            out += _kind_scan(s.T, cols, rows, lab, kinds, eps2)
+            out += scan(s, rows, cols, kinds, by_cols=True)
         return out
 
     def fold(parts: Iterator[list]) -> None:
@@ -267,8 +346,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
                 near[kind].fold(rows, m, p, q, v)
 
     def cell_tasks(pos: np.ndarray, cb: np.ndarray, kinds: str) -> list:
-        return [(by_label(rows), by_label(np.arange(start[b], start[b + 1])), kinds, False)
-                for b, rows in _by_cell(pos, cb)]
+        return [(rows, np.arange(start[b], start[b + 1]), kinds, False) for b, rows in _by_cell(pos, cb)]
 
     outliers = by_label(np.arange(nc, n))
     lorder = by_label(np.arange(nc))  # core positions, label-sorted
@@ -281,16 +359,24 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         tasks = [(rows, cols, "sd", True) for cols in _strips(outliers) for rows in _col_chunks(lorder)]
         tasks += [(rows, cols, "sd", False) for rows in _strips(outliers) for cols in _col_chunks(outliers)]
         fold(pmap(against, tasks))
-        # each row's neighbourhood: the cells that may beat its best partner of either kind
-        best = np.maximum(np.where(need_same, near["s"].best[:nc], -np.inf), near["d"].best[:nc])
-        ((p1, c1, _),) = cells.candidates(xs, _alpha(best, eps2))
-        other = c1 != cell[p1]
-        p1, c1 = p1[other], c1[other]
-        fold(pmap(against, cell_tasks(p1, c1, "sd")))
-        seen = p1 * cells.n_cells + c1
+        # each cell's neighbourhood, the cells whose caps overlap its own (θ(c_a, c_b) <= R_a + R_b): a first
+        # tightening of the bests where a cluster spans several cells (exactness comes from the per-row bounds below)
+        na, nb = cells.neighbours(np.zeros(cells.n_cells))
+        cuts = np.searchsorted(na, np.arange(cells.n_cells + 1))
+        tasks = []
+        for a0, a1 in _cell_runs(cells, _NEIGH_ROWS):  # a few cells per task (tiny GEMMs are all overhead)
+            nbs = np.unique(nb[cuts[a0] : cuts[a1]])
+            if nbs.size:
+                tasks.append((np.arange(start[a0], start[a1]), _ranges(start[nbs], start[nbs + 1])[1], "sd", False))
+        fold(pmap(against, tasks))
+        sizes = np.diff(start)
+        pair_of, rows_of = _ranges(start[na], start[na + 1])  # the rows of cell a, for each pair (a, b)
+        seen = rows_of * cells.n_cells + nb[pair_of]
         # per kind: the cells that may still hold a nearer partner of that kind and hold that kind at all
         a_same = np.where(need_same, _alpha(near["s"].best[:nc], eps2), 0.0)
-        (p_s, c_s, dense_s), (p_d, c_d, dense_d) = cells.candidates(xs, a_same, _alpha(near["d"].best[:nc], eps2))
+        (p_s, c_s, dense_s), (p_d, c_d, dense_d) = cells.candidates(
+            xs, a_same, _alpha(near["d"].best[:nc], eps2), pmap=pmap
+        )
         dense_s &= need_same
         key = np.unique(cell * n_cls + lab[:nc])  # (cell, label) pairs present
         n_lab = np.bincount(key // n_cls, minlength=cells.n_cells)
@@ -301,19 +387,20 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         ent = np.unique(np.r_[p_s[ok_s] * cells.n_cells + c_s[ok_s], p_d[ok_d] * cells.n_cells + c_d[ok_d]])
         ent = ent[~np.isin(ent, seen)]
         pos, cb = ent // cells.n_cells, ent % cells.n_cells
-        sizes, n_of = np.diff(start), np.diff(lstart)
-        work = (sizes[cb].sum() + sizes[c1].sum() + n_of[lab[:nc][dense_s]].sum()
+        n_of = np.diff(lstart)
+        work = (sizes[cb].sum() + sizes[nb].sum() + n_of[lab[:nc][dense_s]].sum()
                 + (nc - n_of[lab[:nc][dense_d]]).sum() + (n - nc) * n)
         if work > PRUNE_MAX_WORK * n * (n - 1) / 2:
             return None
         tasks = cell_tasks(pos, cb, "sd")
+        xl = xs[lorder]  # the core rows label-sorted: the scans of every row of some labels read slices of it
         for c in range(n_cls):  # rows the cells rule out too little for: every core row of the label(s) needed
-            mine = lorder[lstart[c] : lstart[c + 1]]
-            others = np.r_[lorder[: lstart[c]], lorder[lstart[c + 1] :]]
+            mine = _slices(int(lstart[c]), int(lstart[c + 1]))
+            others = _slices(0, int(lstart[c])) + _slices(int(lstart[c + 1]), nc)
             for rows in _strips(np.flatnonzero(dense_s & (lab[:nc] == c))):
-                tasks += [(rows, cols, "s", False) for cols in _col_chunks(mine)]
+                tasks += [(rows, cols, "s", False) for cols in mine]
             for rows in _strips(np.flatnonzero(dense_d & (lab[:nc] == c))):
-                tasks += [(rows, cols, "d", False) for cols in _col_chunks(others)]
+                tasks += [(rows, cols, "d", False) for cols in others]
         fold(pmap(against, tasks))
     d_same_s, d_diff_s = near["s"].exact(xs), near["d"].exact(xs)
     for p in np.flatnonzero(single):  # one-member classes: the farthest other-label row (the dense convention)
