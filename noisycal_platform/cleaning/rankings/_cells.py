@@ -44,6 +44,7 @@ MAX_OUTLIERS = 0.01  # split rounds stop once at most 1% of the rows lie beyond 
 MIN_CELL = 24  # ... or once there are N / 24 cells
 SPLIT_ROUNDS = 8
 _CHUNK = 2048  # rows per GEMM task of the passes
+MAX_ENTRIES = 1 << 24  # candidate (row, cell) entries held at once (128 MiB of int32 pairs) before giving up
 
 
 _Entries = tuple[np.ndarray, np.ndarray, np.ndarray]  # (core position, cell, dense rows)
@@ -70,8 +71,8 @@ class Cells:
     def n_cells(self) -> int:
         return int(self.radius.size)
 
-    def candidates(self, xs: np.ndarray, *alphas: np.ndarray | float, pmap: OrderedMap | None = None
-                   ) -> list[_Entries]:
+    def candidates(self, xs: np.ndarray, *alphas: np.ndarray | float, pmap: OrderedMap | None = None,
+                   max_entries: int | None = None) -> list[_Entries] | None:
         """Cells that may hold a partner within angle α of each core position, for each α of ``alphas`` (radians,
         scalar or per core position; π or more = any partner), from one GEMM pass against the centres.
 
@@ -81,8 +82,11 @@ class Cells:
         entries. A cell passes when g(x, b) >= cos(R_b + α) − eps. One comparison per cell and row against the
         row's loosest threshold cos(max R + α) − eps (rounded down to float32) finds the entries, which are then
         tested with their own R_b in float64. ``pmap``: the caller's open ``ordered_map`` (a second one opened inside
-        it would see a single-threaded BLAS and run serially)."""
+        it would see a single-threaded BLAS and run serially). ``None`` once the entries of all α together exceed
+        ``max_entries`` (default ``MAX_ENTRIES``; int32 pairs, 8 bytes each: the cells prune too little, and the
+        caller falls back)."""
         n = self.n_core
+        max_entries = MAX_ENTRIES if max_entries is None else max_entries
         r_max = float(self.radius.max(initial=0.0))
         cap = max(1, self.n_cells // 4)
         kinds = []
@@ -103,36 +107,56 @@ class Cells:
                 flat = np.flatnonzero(hit)  # np.nonzero on 2-D is several times slower
                 line, cell = flat // hit.shape[1], flat % hit.shape[1]
                 keep = g[line, cell] >= self.keep_threshold(alpha[a + line], self.radius[cell])
-                out.append((a + line[keep], cell[keep], a + np.flatnonzero(many)))
+                out.append(((a + line[keep]).astype(np.int32), cell[keep].astype(np.int32), a + np.flatnonzero(many)))
             return out
+
+        def collect(m: OrderedMap) -> list | None:
+            parts, total = [], 0
+            for part in m(task, range(0, n, _CHUNK)):
+                total += sum(p[0].size for p in part)
+                if total > max_entries:
+                    return None
+                parts.append(part)
+            return parts
 
         if pmap is None:
             with ordered_map(n > _CHUNK) as own:
-                parts = list(own(task, range(0, n, _CHUNK)))
+                parts = collect(own)
         else:
-            parts = list(pmap(task, range(0, n, _CHUNK)))
+            parts = collect(pmap)
+        if parts is None:
+            return None
         result = []
         for i, (_, dense, _) in enumerate(kinds):
             dense = dense.copy()
             if parts:
                 dense[np.concatenate([p[i][2] for p in parts])] = True
-                pos = np.concatenate([p[i][0] for p in parts])
+                pos = np.concatenate([p[i][0] for p in parts]).astype(np.int64)
                 cell = np.concatenate([p[i][1] for p in parts]).astype(np.int64)
             else:
                 pos, cell = np.empty(0, np.int64), np.empty(0, np.int64)
             result.append((pos, cell, dense))
         return result
 
-    def neighbours(self, alpha: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Cell pairs (a, b), a != b, with θ(c_a, c_b) − R_a − R_b <= ``alpha[a]`` (a lower bound of every member
-        pair's angle, from the float32 centre products widened by 2 eps): the cells whose members may lie within
-        α of cell a's."""
-        g = self.centres @ self.centres.T
-        ang = np.arccos(np.clip(g.astype(np.float64) + 2.0 * self.eps, -1.0, 1.0))
-        ang -= self.radius[:, None] + self.radius[None, :]
-        a, b = np.nonzero(ang <= np.asarray(alpha, np.float64)[:, None])
-        keep = a != b
-        return a[keep], b[keep]
+    def overlapping(self, per_cell: int) -> tuple[np.ndarray, np.ndarray]:
+        """Cell pairs (a, b), a != b, whose caps overlap (θ(c_a, c_b) <= R_a + R_b, from the float32 centre
+        products widened by 2 eps), at most ``per_cell`` per cell a (those of largest centre product), sorted by a;
+        centre products in blocks of rows (memory O(block · K))."""
+        k = self.n_cells
+        m = min(per_cell + 1, k)  # + the cell itself
+        out_a, out_b = [], []
+        for a0 in range(0, k, _CHUNK):
+            g = self.centres[a0 : a0 + _CHUNK] @ self.centres.T
+            top = np.argpartition(-g, m - 1, axis=1)[:, :m] if m < k else np.broadcast_to(np.arange(k), g.shape)
+            a = np.repeat(np.arange(a0, a0 + g.shape[0]), top.shape[1])
+            b = top.ravel()
+            ang = np.arccos(np.clip(g[a - a0, b].astype(np.float64) + 2.0 * self.eps, -1.0, 1.0))
+            keep = (a != b) & (ang <= self.radius[a] + self.radius[b])
+            out_a.append(a[keep])
+            out_b.append(b[keep])
+        if not out_a:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate(out_a).astype(np.int64), np.concatenate(out_b).astype(np.int64)
 
     def keep_threshold(self, alpha: np.ndarray | float, radius: np.ndarray | float) -> np.ndarray:
         """cos(min(π, R + α)) − eps, less 1e-9 for the float64 rounding: the g at or above which a cell of radius

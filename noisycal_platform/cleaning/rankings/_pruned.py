@@ -32,10 +32,12 @@ from ._kernels import exact_dists, floor32, ordered_map, screen_margin
 from .row_blocks import _TopPairs
 from .types import PairRanking
 
-__all__ = ["PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label_distances", "pruned_top_pairs"]
+__all__ = ["PRUNE_EARLY_WORK", "PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label_distances", "pruned_top_pairs"]
 
 PRUNE_MIN_ROWS = 20_000  # below this the dense kernels are fast enough that the cells do not pay
 PRUNE_MAX_WORK = 0.4  # fall back to the dense kernels above this share of the N(N − 1)/2 inner products
+PRUNE_EARLY_WORK = 0.15  # label errors: the same for the work before the per-row bounds (outliers, neighbourhoods)
+NEIGHBOURS = 4  # label errors: overlapping cells per cell scanned before the per-row bounds
 MAX_SINGLETON_ROWS = 64  # rows of one-member classes (a scan of every row each) before the dense kernel is used
 _STRIP = 512  # rows per GEMM block
 _COLS = 4096  # columns per GEMM block
@@ -138,7 +140,10 @@ def pruned_top_pairs(x: np.ndarray, k: int) -> PairRanking | None:
 
     with ordered_map(n > _STRIP) as pmap:
         fold(pmap(within, _cell_tiles(cells)))
-        ((pos, cb, dense),) = cells.candidates(xs, _alpha(top.thr, eps2), pmap=pmap)
+        found = cells.candidates(xs, _alpha(top.thr, eps2), pmap=pmap)
+        if found is None:
+            return None
+        ((pos, cb, dense),) = found
         later = cb > cell[pos]  # a pair of two cells is scanned from the row of the lower cell
         pos, cb = pos[later], cb[later]
         dense_rows = np.flatnonzero(dense)
@@ -283,6 +288,11 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         return None
     cells = build_cells(x)
     order, nc, cell, start = cells.order, cells.n_core, cells.cell, cells.start
+    sizes = np.diff(start)
+    na, nb = cells.overlapping(NEIGHBOURS)
+    # the work done before the per-row bounds are known: the cells, the outliers (both ways), the neighbourhoods
+    if (sizes**2).sum() / 2 + (n - nc) * n + (sizes[na] * sizes[nb]).sum() > PRUNE_EARLY_WORK * n * (n - 1) / 2:
+        return None
     xs = x[order]
     lab = codes[order]
     eps2 = screen_margin(xs)
@@ -359,9 +369,8 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         tasks = [(rows, cols, "sd", True) for cols in _strips(outliers) for rows in _col_chunks(lorder)]
         tasks += [(rows, cols, "sd", False) for rows in _strips(outliers) for cols in _col_chunks(outliers)]
         fold(pmap(against, tasks))
-        # each cell's neighbourhood, the cells whose caps overlap its own (θ(c_a, c_b) <= R_a + R_b): a first
-        # tightening of the bests where a cluster spans several cells (exactness comes from the per-row bounds below)
-        na, nb = cells.neighbours(np.zeros(cells.n_cells))
+        # each cell's neighbourhood, up to NEIGHBOURS cells whose caps overlap its own (θ(c_a, c_b) <= R_a + R_b): a
+        # first tightening of the bests where a cluster spans several cells (exactness comes from the per-row bounds)
         cuts = np.searchsorted(na, np.arange(cells.n_cells + 1))
         tasks = []
         for a0, a1 in _cell_runs(cells, _NEIGH_ROWS):  # a few cells per task (tiny GEMMs are all overhead)
@@ -369,15 +378,19 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
             if nbs.size:
                 tasks.append((np.arange(start[a0], start[a1]), _ranges(start[nbs], start[nbs + 1])[1], "sd", False))
         fold(pmap(against, tasks))
-        sizes = np.diff(start)
         pair_of, rows_of = _ranges(start[na], start[na + 1])  # the rows of cell a, for each pair (a, b)
         seen = rows_of * cells.n_cells + nb[pair_of]
         # per kind: the cells that may still hold a nearer partner of that kind and hold that kind at all
         a_same = np.where(need_same, _alpha(near["s"].best[:nc], eps2), 0.0)
-        (p_s, c_s, dense_s), (p_d, c_d, dense_d) = cells.candidates(
-            xs, a_same, _alpha(near["d"].best[:nc], eps2), pmap=pmap
-        )
+        found = cells.candidates(xs, a_same, _alpha(near["d"].best[:nc], eps2), pmap=pmap)
+        if found is None:
+            return None
+        (p_s, c_s, dense_s), (p_d, c_d, dense_d) = found
         dense_s &= need_same
+        n_of = np.diff(lstart)
+        dense_work = n_of[lab[:nc][dense_s]].sum() + (nc - n_of[lab[:nc][dense_d]]).sum()
+        if dense_work + max(sizes[c_s].sum(), sizes[c_d].sum()) > PRUNE_MAX_WORK * n * (n - 1) / 2:
+            return None  # a lower bound of the work already exceeds the share
         key = np.unique(cell * n_cls + lab[:nc])  # (cell, label) pairs present
         n_lab = np.bincount(key // n_cls, minlength=cells.n_cells)
         only_lab = np.full(cells.n_cells, -1)
@@ -387,9 +400,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         ent = np.unique(np.r_[p_s[ok_s] * cells.n_cells + c_s[ok_s], p_d[ok_d] * cells.n_cells + c_d[ok_d]])
         ent = ent[~np.isin(ent, seen)]
         pos, cb = ent // cells.n_cells, ent % cells.n_cells
-        n_of = np.diff(lstart)
-        work = (sizes[cb].sum() + sizes[nb].sum() + n_of[lab[:nc][dense_s]].sum()
-                + (nc - n_of[lab[:nc][dense_d]]).sum() + (n - nc) * n)
+        work = sizes[cb].sum() + (sizes[na] * sizes[nb]).sum() + dense_work + (n - nc) * n
         if work > PRUNE_MAX_WORK * n * (n - 1) / 2:
             return None
         tasks = cell_tasks(pos, cb, "sd")

@@ -53,7 +53,11 @@ def test_pruned_pairs_equal_brute_force(n, k, seed):
 
 
 @pytest.mark.parametrize(("n", "n_cls", "seed"), [(1500, 2, 3), (2500, 5, 4)])
-def test_pruned_label_distances_equal_brute_force(n, n_cls, seed):
+def test_pruned_label_distances_equal_brute_force(monkeypatch, n, n_cls, seed):
+    # at this size the outliers and neighbourhoods are a larger share of the work than the defaults allow: raised,
+    # so that the pruned path runs (its decline is tested below)
+    monkeypatch.setattr(_pruned, "PRUNE_EARLY_WORK", 2.0)
+    monkeypatch.setattr(_pruned, "PRUNE_MAX_WORK", 2.0)
     rng = np.random.default_rng(seed)
     x = _clusters_with_copies(n, seed)
     labels = rng.integers(0, n_cls, n)
@@ -71,6 +75,7 @@ def test_label_pure_clusters_scan_every_other_label_row(monkeypatch):
     # partner in their cell or its neighbours and take the scan of every other-label row (more work than the
     # default share allows here, so the share is raised); the result stays exact
     monkeypatch.setattr(_pruned, "PRUNE_MAX_WORK", 2.0)
+    monkeypatch.setattr(_pruned, "PRUNE_EARLY_WORK", 2.0)
     rng = np.random.default_rng(5)
     n, n_clusters = 2400, 40
     c = rng.standard_normal((n_clusters, 24))
@@ -124,6 +129,8 @@ def test_uniform_data_falls_back_to_the_dense_kernels(monkeypatch):
 def test_rankings_take_the_pruned_path_from_the_size_threshold(monkeypatch, workers):
     # through the public functions, with small GEMM blocks (several strips, column chunks and tiles per phase)
     monkeypatch.setattr(_pruned, "PRUNE_MIN_ROWS", 1000)
+    monkeypatch.setattr(_pruned, "PRUNE_EARLY_WORK", 2.0)
+    monkeypatch.setattr(_pruned, "PRUNE_MAX_WORK", 2.0)
     monkeypatch.setattr(_pruned, "_STRIP", 64)
     monkeypatch.setattr(_pruned, "_COLS", 256)
     monkeypatch.setattr(_pruned, "_TILE", 128)
@@ -132,7 +139,12 @@ def test_rankings_take_the_pruned_path_from_the_size_threshold(monkeypatch, work
     calls = []
     for name in ("pruned_top_pairs", "pruned_label_distances"):
         fn = getattr(_pruned, name)
-        monkeypatch.setattr(_pruned, name, lambda *a, _fn=fn, _n=name: calls.append(_n) or _fn(*a))
+        def spy(*a, _fn=fn, _n=name):
+            r = _fn(*a)
+            calls.append((_n, r is not None))
+            return r
+
+        monkeypatch.setattr(_pruned, name, spy)
     rng = np.random.default_rng(8)
     x = _clusters_with_copies(2000, 8)
     labels = rng.integers(0, 3, 2000)
@@ -145,7 +157,7 @@ def test_rankings_take_the_pruned_path_from_the_size_threshold(monkeypatch, work
     want = _brute_distances(x, labels)
     np.testing.assert_allclose(d_same, want[0], rtol=0, atol=1e-15)
     np.testing.assert_allclose(d_diff, want[1], rtol=0, atol=1e-15)
-    assert calls == ["pruned_top_pairs", "pruned_label_distances"]
+    assert calls == [("pruned_top_pairs", True), ("pruned_label_distances", True)]  # both ran to the end
 
 
 def test_many_one_member_classes_use_the_dense_kernel():
@@ -153,3 +165,18 @@ def test_many_one_member_classes_use_the_dense_kernel():
     codes = np.arange(600, dtype=np.int64) % 300  # 300 classes of two ...
     codes[:100] = np.arange(300, 400)  # ... and 100 of one: more than MAX_SINGLETON_ROWS
     assert _pruned.pruned_label_distances(x, codes) is None
+
+
+def test_too_many_candidate_cells_fall_back_exactly(monkeypatch):
+    # the candidate entries are bounded (memory): past the bound the pruned forms decline, the dense kernels run
+    monkeypatch.setattr(_cells, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(_pruned, "PRUNE_MIN_ROWS", 1000)
+    rng = np.random.default_rng(10)
+    x = _clusters_with_copies(1500, 10)
+    labels = rng.integers(0, 2, 1500)
+    xu = as_unit_embeddings(x)
+    assert _pruned.pruned_top_pairs(xu, 3000) is None
+    assert _pruned.pruned_label_distances(xu, labels.astype(np.int64)) is None
+    pairs, _ = brute_top_k(x, 3000)
+    np.testing.assert_array_equal(rank_near_duplicates(x, 3000).pairs, pairs)
+    np.testing.assert_allclose(rank_label_errors(x, labels).scores, brute_scores(x, labels), rtol=0, atol=1e-12)
