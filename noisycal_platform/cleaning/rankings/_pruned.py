@@ -37,6 +37,7 @@ __all__ = ["PRUNE_EARLY_WORK", "PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label
 PRUNE_MIN_ROWS = 20_000  # below this the dense kernels are fast enough that the cells do not pay
 PRUNE_MAX_WORK = 0.4  # fall back to the dense kernels above this share of the N(N − 1)/2 inner products
 PRUNE_EARLY_WORK = 0.15  # label errors: the same for the work before the per-row bounds (outliers, neighbourhoods)
+LABEL_COPY_BYTES = 256 << 20  # label errors: largest label-sorted copy of the rows kept (above: gathers per block)
 NEIGHBOURS = 4  # label errors: overlapping cells per cell scanned before the per-row bounds
 MAX_SINGLETON_ROWS = 64  # rows of one-member classes (a scan of every row each) before the dense kernel is used
 _STRIP = 512  # rows per GEMM block
@@ -338,7 +339,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         rows, cols, kinds, both_ways = task  # cols: positions, or a slice of the label-sorted core rows ``xl``
         rows = by_label(rows)
         if isinstance(cols, slice):
-            s = xs[rows] @ xl[cols].T
+            s = xs[rows] @ (xs[lorder[cols]] if xl is None else xl[cols]).T
             cols = lorder[cols]
         else:
             cols = by_label(cols)
@@ -404,7 +405,9 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         if work > PRUNE_MAX_WORK * n * (n - 1) / 2:
             return None
         tasks = cell_tasks(pos, cb, "sd")
-        xl = xs[lorder]  # the core rows label-sorted: the scans of every row of some labels read slices of it
+        # the core rows label-sorted: the scans of every row of some labels read slices of it (a third copy of the
+        # rows, so only while it stays small; above, each block gathers its rows)
+        xl = xs[lorder] if xs.nbytes <= LABEL_COPY_BYTES else None
         for c in range(n_cls):  # rows the cells rule out too little for: every core row of the label(s) needed
             mine = _slices(int(lstart[c]), int(lstart[c + 1]))
             others = _slices(0, int(lstart[c])) + _slices(int(lstart[c + 1]), nc)

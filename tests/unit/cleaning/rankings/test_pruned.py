@@ -70,12 +70,14 @@ def test_pruned_label_distances_equal_brute_force(monkeypatch, n, n_cls, seed):
     np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-15)
 
 
-def test_label_pure_clusters_scan_every_other_label_row(monkeypatch):
+@pytest.mark.parametrize("copy_bytes", [0, 1 << 30])  # the label-sorted copy of the rows, or gathers per block
+def test_label_pure_clusters_scan_every_other_label_row(monkeypatch, copy_bytes):
     # labels by cluster (as the benchmark's cluster id mod 2) with 2% flipped: many rows find no other-label
     # partner in their cell or its neighbours and take the scan of every other-label row (more work than the
     # default share allows here, so the share is raised); the result stays exact
     monkeypatch.setattr(_pruned, "PRUNE_MAX_WORK", 2.0)
     monkeypatch.setattr(_pruned, "PRUNE_EARLY_WORK", 2.0)
+    monkeypatch.setattr(_pruned, "LABEL_COPY_BYTES", copy_bytes)
     rng = np.random.default_rng(5)
     n, n_clusters = 2400, 40
     c = rng.standard_normal((n_clusters, 24))
