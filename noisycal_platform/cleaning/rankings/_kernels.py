@@ -146,3 +146,43 @@ def ordered_map(parallel: bool, max_workers: int | None = None) -> Iterator[Orde
 
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nw) as ex:
         yield imap
+
+
+class TopPairs:
+    """The pairs that can enter a top k, with the running float32 screening threshold (the row-block tasks and the
+    cell-pruned pair ranking)."""
+
+    def __init__(self, k: int, eps2: float) -> None:
+        self.k, self.eps2 = k, eps2
+        self.thr = -2.0  # similarity threshold (sims are >= -1 - eps: everything passes)
+        self.top: np.ndarray | None = np.empty(0, np.float32)  # k largest s32 while fewer than k pairs are held
+        self.i, self.j, self.d = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
+
+    def screen(self, s: np.ndarray, row_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row, column) positions of strip ``s`` that pass the threshold (``row_max`` = maxima of its rows)."""
+        if self.top is not None:
+            flat = s.ravel()
+            top = np.concatenate([self.top, flat[flat >= self.top.min()] if self.top.size >= self.k else flat])
+            self.top = np.partition(top, top.size - self.k)[top.size - self.k :] if top.size > self.k else top
+            if self.top.size >= self.k and np.isfinite(kth := float(self.top.min())):
+                self.thr = max(self.thr, kth - self.eps2)  # k pairs have s32 >= kth, so top-k pairs s32 >= kth - eps2
+        thr = floor32(self.thr)
+        rows = np.flatnonzero(row_max >= thr)
+        if rows.size == 0:
+            return rows, rows
+        flat = np.flatnonzero(s[rows] >= thr)
+        return rows[flat // s.shape[1]], flat % s.shape[1]
+
+    def add(self, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> None:
+        """Hold the exact pairs (global i < j, d) and tighten the threshold from the k-th smallest d."""
+        self.i, self.j, self.d = np.r_[self.i, i], np.r_[self.j, j], np.r_[self.d, d]
+        if self.d.size >= self.k:
+            dk = float(np.partition(self.d, self.k - 1)[self.k - 1])
+            keep = self.d <= dk  # ties kept: the final order is by (d, i, j)
+            self.i, self.j, self.d = self.i[keep], self.j[keep], self.d[keep]
+            self.thr = max(self.thr, 1.0 - 2.0 * dk - self.eps2)  # d <= dk  =>  s >= 1 - 2 dk up to the margin
+            self.top = None
+
+    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.lexsort((self.j, self.i, self.d))[: self.k]
+        return self.i[order], self.j[order], self.d[order]

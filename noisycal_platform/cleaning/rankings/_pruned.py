@@ -28,8 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ._cells import Cells, build_cells
-from ._kernels import exact_dists, floor32, ordered_map, screen_margin
-from .row_blocks import _TopPairs
+from ._kernels import TopPairs, exact_dists, floor32, ordered_map, screen_margin
 from .types import PairRanking
 
 __all__ = ["PRUNE_EARLY_WORK", "PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label_distances", "pruned_top_pairs"]
@@ -110,7 +109,7 @@ def pruned_top_pairs(x: np.ndarray, k: int) -> PairRanking | None:
     cells = build_cells(x)
     order, nc, cell, start = cells.order, cells.n_core, cells.cell, cells.start
     xs = x[order]
-    top = _TopPairs(k, screen_margin(xs))
+    top = TopPairs(k, screen_margin(xs))
     eps2 = top.eps2
 
     def within(tile: tuple[int, int]) -> list[Block]:

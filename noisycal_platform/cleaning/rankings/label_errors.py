@@ -22,6 +22,8 @@ import threading
 
 import numpy as np
 
+import noisycal_platform.cleaning.rankings._pruned as _pruned  # the module: its switches are read per call
+
 from ._kernels import (
     OrderedMap,
     as_unit_embeddings,
@@ -242,8 +244,6 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     n_cls = int(codes.max()) + 1
     if n_cls == 1:
         return np.ones(n), np.full(n, np.nan), np.full(n, np.inf)
-    from . import _pruned  # imported here: it imports row_blocks, which imports this module
-
     if n >= _pruned.PRUNE_MIN_ROWS and (pruned := _pruned.pruned_label_distances(x0, codes)) is not None:
         return ratio_scores(*pruned), *pruned
     perm = np.argsort(codes, kind="stable")

@@ -20,6 +20,8 @@ import threading
 
 import numpy as np
 
+import noisycal_platform.cleaning.rankings._pruned as _pruned  # the module: its switches are read per call
+
 from ._kernels import as_unit_embeddings, exact_dists, ordered_map
 from ._lowp import screen_rows, single_thread_torch
 from .types import PairRanking
@@ -66,8 +68,6 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     k = int(min(int(top_k), n * (n - 1) // 2))
     if k == 0:
         return PairRanking(np.empty((0, 2), np.int64), np.empty(0, np.float64))
-    from . import _pruned  # imported here: it imports row_blocks, which imports label_errors
-
     if n >= _pruned.PRUNE_MIN_ROWS and (pruned := _pruned.pruned_top_pairs(x, k)) is not None:
         return pruned
     lp = screen_rows(x)

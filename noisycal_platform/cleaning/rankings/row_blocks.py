@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import as_unit_embeddings, exact_dists, floor32, screen_margin
+from ._kernels import TopPairs, as_unit_embeddings, exact_dists, screen_margin
 from .label_errors import _validate_labels, ratio_scores
 from .types import PairRanking
 
@@ -79,45 +79,6 @@ def task_pair_counts(n: int, n_blocks: int) -> list[int]:
         na, nb = a1 - a0, b1 - b0
         out.append(na * (na - 1) // 2 if a0 == b0 else na * nb)
     return out
-
-
-class _TopPairs:
-    """The task's pairs that can enter its top k, with the running float32 screening threshold."""
-
-    def __init__(self, k: int, eps2: float) -> None:
-        self.k, self.eps2 = k, eps2
-        self.thr = -2.0  # similarity threshold (sims are >= -1 - eps: everything passes)
-        self.top: np.ndarray | None = np.empty(0, np.float32)  # k largest s32 while fewer than k pairs are held
-        self.i, self.j, self.d = np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0)
-
-    def screen(self, s: np.ndarray, row_max: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row, column) positions of strip ``s`` that pass the threshold (``row_max`` = maxima of its rows)."""
-        if self.top is not None:
-            flat = s.ravel()
-            top = np.concatenate([self.top, flat[flat >= self.top.min()] if self.top.size >= self.k else flat])
-            self.top = np.partition(top, top.size - self.k)[top.size - self.k :] if top.size > self.k else top
-            if self.top.size >= self.k and np.isfinite(kth := float(self.top.min())):
-                self.thr = max(self.thr, kth - self.eps2)  # k pairs have s32 >= kth, so top-k pairs s32 >= kth - eps2
-        thr = floor32(self.thr)
-        rows = np.flatnonzero(row_max >= thr)
-        if rows.size == 0:
-            return rows, rows
-        flat = np.flatnonzero(s[rows] >= thr)
-        return rows[flat // s.shape[1]], flat % s.shape[1]
-
-    def add(self, i: np.ndarray, j: np.ndarray, d: np.ndarray) -> None:
-        """Hold the exact pairs (global i < j, d) and tighten the threshold from the k-th smallest d."""
-        self.i, self.j, self.d = np.r_[self.i, i], np.r_[self.j, j], np.r_[self.d, d]
-        if self.d.size >= self.k:
-            dk = float(np.partition(self.d, self.k - 1)[self.k - 1])
-            keep = self.d <= dk  # ties kept: the final order is by (d, i, j)
-            self.i, self.j, self.d = self.i[keep], self.j[keep], self.d[keep]
-            self.thr = max(self.thr, 1.0 - 2.0 * dk - self.eps2)  # d <= dk  =>  s >= 1 - 2 dk up to the margin
-            self.top = None
-
-    def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        order = np.lexsort((self.j, self.i, self.d))[: self.k]
-        return self.i[order], self.j[order], self.d[order]
 
 
 class _Records:
@@ -241,7 +202,7 @@ def _block_task(
     xa, xb = x[:na], x if diag else x[na:]
     off = 0 if diag else na  # state index of B's first point
     eps2 = screen_margin(x)
-    top = _TopPairs(top_k, eps2) if top_k > 0 else None
+    top = TopPairs(top_k, eps2) if top_k > 0 else None
     state = _LabelState(idx.size, eps2) if codes is not None else None
     buf = np.empty(_STRIP * _TILE, np.float32)
     tri = np.tri(_STRIP, dtype=bool)
