@@ -38,6 +38,7 @@ PRUNE_MAX_WORK = 0.4  # fall back to the dense kernels above this share of the N
 PRUNE_EARLY_WORK = 0.15  # label errors: the same for the work before the per-row bounds (outliers, neighbourhoods)
 LABEL_COPY_BYTES = 256 << 20  # label errors: largest label-sorted copy of the rows kept (above: gathers per block)
 NEIGHBOURS = 4  # label errors: overlapping cells per cell scanned before the per-row bounds
+MAX_CLASSES = 64  # label errors: blocks split into (label × label) sub-blocks, a loop each; more classes: dense kernel
 MAX_SINGLETON_ROWS = 64  # rows of one-member classes (a scan of every row each) before the dense kernel is used
 _STRIP = 512  # rows per GEMM block
 _COLS = 4096  # columns per GEMM block
@@ -273,8 +274,8 @@ def _floor_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarr
 
 def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Exact ``(d_same, d_diff)`` of ``label_error_scores`` for the unit float32 rows ``x`` and integer labels
-    ``codes`` (0..C−1), or ``None`` when the cells leave more than ``PRUNE_MAX_WORK`` of the work or more than
-    ``MAX_SINGLETON_ROWS`` rows are alone in their class.
+    ``codes`` (0..C−1), or ``None`` when the cells leave more than ``PRUNE_MAX_WORK`` of the work, more than
+    ``MAX_SINGLETON_ROWS`` rows are alone in their class or there are more than ``MAX_CLASSES`` classes.
 
     Every block is label-sorted along both sides, so the same-label and other-label partners of its rows are
     rectangular sub-blocks. After the cells and the outliers (both ways), each row is scanned against the cells
@@ -284,7 +285,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
     within eps2 of it are looked at (``_floor_scan``)."""
     n = x.shape[0]
     counts = np.bincount(codes)
-    if int((counts == 1).sum()) > MAX_SINGLETON_ROWS:
+    if int((counts == 1).sum()) > MAX_SINGLETON_ROWS or counts.size > MAX_CLASSES:
         return None
     cells = build_cells(x)
     order, nc, cell, start = cells.order, cells.n_core, cells.cell, cells.start

@@ -162,6 +162,11 @@ def test_rankings_take_the_pruned_path_from_the_size_threshold(monkeypatch, work
     assert calls == [("pruned_top_pairs", True), ("pruned_label_distances", True)]  # both ran to the end
 
 
+def test_many_classes_use_the_dense_kernel():
+    x = as_unit_embeddings(_clusters_with_copies(600, 11))
+    assert _pruned.pruned_label_distances(x, np.arange(600, dtype=np.int64) % (_pruned.MAX_CLASSES + 1)) is None
+
+
 def test_many_one_member_classes_use_the_dense_kernel():
     x = as_unit_embeddings(_clusters_with_copies(600, 9))
     codes = np.arange(600, dtype=np.int64) % 300  # 300 classes of two ...
