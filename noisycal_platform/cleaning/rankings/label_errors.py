@@ -343,6 +343,10 @@ def rank_label_errors(emb: np.ndarray, labels: object) -> Ranking:
     the module docstring, ``_Nearest``, ``_lowp`` and ``_kernels``). Memory O(N·D) plus one 2048×2048 int32
     tile per worker thread (at most 4) and the records; the upper triangle is computed once (each tile
     updates its rows and columns).
+
+    From ``_pruned.PRUNE_MIN_ROWS`` rows the cell-pruned form (``_pruned.pruned_label_distances``: the same
+    distances, most of the N² inner products skipped on clustered embeddings) runs first; this scan runs where it
+    declines.
     """
     score, _, _ = label_error_scores(emb, labels)
     order = np.argsort(score, kind="stable")

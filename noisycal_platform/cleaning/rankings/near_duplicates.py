@@ -60,6 +60,9 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     order is by (d, i, j)), so the result equals a float64 brute force and does not depend on the
     tile order, the thread timing or the worker count. Memory:
     O(N·D + k) (an int8 copy of the rows) plus one 512×4096 int32 strip per worker thread (at most 4).
+
+    From ``_pruned.PRUNE_MIN_ROWS`` rows the cell-pruned form (``_pruned.pruned_top_pairs``: the same pairs, most of
+    the N² inner products skipped on clustered embeddings) runs first; this scan runs where it declines.
     """
     x = as_unit_embeddings(emb)
     if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
