@@ -192,18 +192,15 @@ def _means(x: np.ndarray, rows: np.ndarray, cells: np.ndarray, n_cells: int, fal
     return _unit_rows(acc)
 
 
-def _assign(x: np.ndarray, centres: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index and float32 inner product of the centre of largest inner product per row (chunked GEMM tasks)."""
+def _assign(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
+    """Index of the centre of largest float32 inner product per row (chunked GEMM tasks on the worker threads)."""
     n = x.shape[0]
 
-    def task(a: int) -> tuple[np.ndarray, np.ndarray]:
-        g = x[a : a + _CHUNK] @ centres.T
-        best = np.argmax(g, axis=1)
-        return best, g[np.arange(g.shape[0]), best]
+    def task(a: int) -> np.ndarray:
+        return np.argmax(x[a : a + _CHUNK] @ centres.T, axis=1)
 
     with ordered_map(n > _CHUNK) as pmap:
-        parts = list(pmap(task, range(0, n, _CHUNK)))
-    return np.concatenate([p[0] for p in parts]).astype(np.int64), np.concatenate([p[1] for p in parts])
+        return np.concatenate(list(pmap(task, range(0, n, _CHUNK)))).astype(np.int64)
 
 
 def build_cells(x: np.ndarray, seed: int = 0) -> Cells:
@@ -213,7 +210,7 @@ def build_cells(x: np.ndarray, seed: int = 0) -> Cells:
     k = max(1, n // SEED_CELL)
     seeds = np.sort(rng.choice(n, k, replace=False))
     all_rows = np.arange(n)
-    assign, _ = _assign(x, x[seeds])
+    assign = _assign(x, x[seeds])
     centres = _means(x, all_rows, assign, k, x[seeds])
     cos = _cosines(x, centres, all_rows, assign)
     cos_cut = np.cos(min(np.pi, CUT_FACTOR * float(np.arccos(np.clip(np.quantile(cos, CUT_QUANTILE), -1, 1)))))
