@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["column_sums", "null_cells", "null_columns"]
+__all__ = ["column_sums", "null_columns"]
 
 
 @njit(nogil=True, cache=True)
@@ -70,15 +70,6 @@ def null_columns(u, v, cum_p, q0, table, row_start, row_last, guide, entry_key, 
             counts[r, key] += 1
             for g in range(n_rows):
                 cells[r, colmap[slot[i, g] + key]] += 1
-
-
-@njit(nogil=True, cache=True)
-def null_cells(u, v, cum_p, q0, table, row_start, row_last, guide, entry_key, slot, cells):  # pragma: no cover
-    """Add the null-draw counts of R replicates to ``cells`` (R, n_cells) in place: `null_columns` with every
-    cell its own column (arguments as there)."""
-    counts = np.zeros((u.shape[0], entry_key.max() + 1))
-    null_columns(u, v, cum_p, q0, table, row_start, row_last, guide, entry_key, slot,
-                 np.arange(cells.shape[1]), cells, counts)
 
 
 @njit(nogil=True, cache=True)

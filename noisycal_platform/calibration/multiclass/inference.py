@@ -189,17 +189,14 @@ class _Evaluator:
             w = np.broadcast_to(self.w_point, (r, *self.w_point.shape))
         return t, tinv, w, ok
 
-    def __call__(self, cells: np.ndarray, scores: np.ndarray, counts_p: np.ndarray | None = None):
-        """cells (R, C·B·P) counts, or (R, J) counts on the layout's reachable columns ``cols`` with their
-        pattern counts counts_p (R, P) (each item once); scores (R, C·B·M) or (C·B·M,) (fixed) score sums."""
+    def __call__(self, cells: np.ndarray, scores: np.ndarray, counts_p: np.ndarray):
+        """cells (R, J) counts on the layout's reachable columns ``cols``, counts_p (R, P) their pattern counts
+        (each item once); scores (R, C·B·M) or (C·B·M,) (fixed) score sums."""
         from ._draw_kernel import column_sums  # numba: compiled (or loaded from its cache) on the first call
 
         lay = self.lay
         r = cells.shape[0]
         c, b, p, m, g = lay.c, lay.n_bins, lay.n_pat, lay.n_masks, lay.n_rows
-        if counts_p is None:  # a dense table: every item sits once in each of the G rows
-            counts_p = cells.reshape(r, c * b, p).sum(axis=1) / g
-            cells = cells[:, lay.cols]
         counts_p = np.array(counts_p, np.float64)
         counts_p[:, ~self.annotated] = 0.0
         t, tinv, w, ok = self.channels(counts_p)

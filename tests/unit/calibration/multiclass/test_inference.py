@@ -115,8 +115,10 @@ def test_fixed_channels_give_a_bootstrap_that_reproduces_the_point_value():
             ref = nc_ece_multiclass(p, a, T, kind=kind, weights=rule)
             ev = mc._Evaluator(lay, rule, T, ref.prevalence, ref.weights, False, 0.05, p)
             cells = np.bincount((lay.slot + lay.key[:, None]).ravel(), minlength=lay.n_cells)
+            assert cells[np.setdiff1d(np.arange(lay.n_cells), lay.cols)].sum() == 0  # only reachable cells occupied
             scores = np.bincount(lay.sslot.ravel(), weights=lay.score.ravel(), minlength=lay.n_scells)
-            value = ev(cells[None].astype(float), scores[None])[0]
+            counts_p = np.bincount(lay.key, minlength=lay.n_pat)
+            value = ev(cells[lay.cols][None].astype(float), scores[None], counts_p[None])[0]
             assert value[0] == pytest.approx(ref.value, rel=1e-9), (kind, rule)
 
 
@@ -125,8 +127,8 @@ def test_null_draw_kernel_equals_searchsorted_and_bincount():
     y = #{c : u ≥ F_i(c)}, entry = searchsorted(table, q + v, "right") clipped to row q, one count per row g in
     cell slot[i, g] + key[entry]; exactly (integer counts), with guide tables of 1, 16 and 1,024 buckets. Rows
     with zero-probability patterns (repeated CDF values), uniforms equal to table offsets, two and five classes,
-    one and three rows per item."""
-    from noisycal_platform.calibration.multiclass._draw_kernel import null_cells
+    one and three rows per item; the cells written through a permuted column map, and one pattern count per item."""
+    from noisycal_platform.calibration.multiclass._draw_kernel import null_columns
 
     rng = np.random.default_rng(8)
     for c, n_rows, n_masks in ((2, 1, 3), (5, 3, 4), (5, 1, 8)):
@@ -151,12 +153,17 @@ def test_null_draw_kernel_equals_searchsorted_and_bincount():
         q = q0 + (u[..., None] >= cum_p).sum(axis=2)
         entry = np.clip(np.searchsorted(table, q + v, side="right"), row_start[q], row_last[q])
         want = np.stack([np.bincount((slot + entry_key[e][:, None]).ravel(), minlength=n_cells) for e in entry])
+        want_pats = np.stack([np.bincount(entry_key[e], minlength=50) for e in entry])
+        colmap = rng.permutation(n_cells)  # any one-to-one map of cells to columns
         for n_buckets in (1, 16, 1024):  # the guide is only a lower bound: any bucket count gives the same draw
             guide = np.searchsorted(table, np.arange(row_start.size)[:, None] + np.arange(n_buckets) / n_buckets,
                                     side="right")
-            got = np.zeros((n_rep, n_cells))
-            null_cells(u, v, np.ascontiguousarray(cum_p), q0, table, row_start, row_last, guide, entry_key, slot, got)
-            np.testing.assert_array_equal(got, want)
+            got = np.zeros((n_rep, n_cells), np.int32)
+            pats = np.zeros((n_rep, 50), np.int32)
+            null_columns(u, v, np.ascontiguousarray(cum_p), q0, table, row_start, row_last, guide, entry_key, slot,
+                         colmap, got, pats)
+            np.testing.assert_array_equal(got[:, colmap], want)
+            np.testing.assert_array_equal(pats, want_pats)
 
 
 def test_unidentified_replicates_are_counted_not_hidden():
