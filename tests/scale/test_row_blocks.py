@@ -12,7 +12,7 @@ strips and tiles (patched) make the tasks run many strips, many column tiles and
 import numpy as np
 import pytest
 
-from noisycal_platform.cleaning.rankings import label_error_scores, rank_near_duplicates
+from noisycal_platform.cleaning.rankings import _kernels, label_error_scores, rank_near_duplicates
 from noisycal_platform.cleaning.rankings import row_blocks as rb
 from noisycal_platform.cleaning.rankings.row_blocks import (
     blocked_label_error_scores,
@@ -48,7 +48,7 @@ def _assert_equal(got, want):
 def small_strips(monkeypatch):
     monkeypatch.setattr(rb, "_STRIP", 16)
     monkeypatch.setattr(rb, "_TILE", 64)
-    monkeypatch.setattr(rb, "_RECORDS_CAP", 64)
+    monkeypatch.setattr(_kernels, "RECORDS_CAP", 64)
 
 
 def test_row_blocks_cover_the_rows_and_the_tasks_every_pair_once():

@@ -27,6 +27,7 @@ import numpy as np
 
 # elements (float32) per inner-product block: 16 Mi elements = 64 MiB
 BLOCK_ELEMS = 1 << 24
+RECORDS_CAP = 1 << 20  # candidate records of a ``Records`` held before a compaction pass (read at call time)
 MAX_WORKERS = 4  # cap on the tile worker threads of :func:`ordered_map` (read at call time)
 
 OrderedMap = Callable[[Callable, Iterable], Iterator]
@@ -186,3 +187,41 @@ class TopPairs:
     def result(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         order = np.lexsort((self.j, self.i, self.d))[: self.k]
         return self.i[order], self.j[order], self.d[order]
+
+
+class Records:
+    """(point, partner, s32) candidates of one kind; ``nearest`` keeps s32 >= val - eps2, else s32 <= val + eps2
+    (``val`` the running best per point, raised by the caller). Compacted past ``RECORDS_CAP`` records, the cap
+    doubling with the survivors (amortised O(1) per record)."""
+
+    def __init__(self, val: np.ndarray, eps2: float, nearest: bool) -> None:
+        self.val, self.eps2, self.nearest = val, eps2, nearest
+        self.p: list[np.ndarray] = []
+        self.q: list[np.ndarray] = []
+        self.v: list[np.ndarray] = []
+        self.size, self.cap = 0, RECORDS_CAP
+
+    def add(self, p: np.ndarray, q: np.ndarray, v: np.ndarray) -> None:
+        self.p.append(p)
+        self.q.append(q)
+        self.v.append(v)
+        self.size += p.size
+        if self.size > self.cap:
+            self._compact()
+            self.cap = max(RECORDS_CAP, 2 * self.size)
+
+    def _compact(self) -> None:
+        p, q, v = np.concatenate(self.p), np.concatenate(self.q), np.concatenate(self.v)
+        bound = self.val[p].astype(np.float64)
+        keep = v >= bound - self.eps2 if self.nearest else v <= bound + self.eps2
+        self.p, self.q, self.v = [p[keep]], [q[keep]], [v[keep]]
+        self.size = int(keep.sum())
+
+    def exact(self, x: np.ndarray) -> np.ndarray:
+        """Per point the exact min (nearest) or max (farthest) float64 distance over the candidates."""
+        out = np.full(self.val.size, np.inf if self.nearest else -np.inf)
+        if self.p:
+            self._compact()
+            p, q = self.p[0], self.q[0]
+            (np.minimum if self.nearest else np.maximum).at(out, p, exact_dists(x, p, q))
+        return out

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ._cells import Cells, build_cells
-from ._kernels import TopPairs, exact_dists, floor32, ordered_map, screen_margin
+from ._kernels import Records, TopPairs, exact_dists, floor32, ordered_map, screen_margin
 from .types import PairRanking
 
 __all__ = ["PRUNE_EARLY_WORK", "PRUNE_MAX_WORK", "PRUNE_MIN_ROWS", "pruned_label_distances", "pruned_top_pairs"]
@@ -48,10 +48,9 @@ _NEIGH_ROWS = 128  # rows per task of the neighbourhood pass (whole cells, again
 Block = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows, columns (sorted positions), float32 similarities
 
 
-def _cell_tiles(cells: Cells, size: int | None = None) -> list[tuple[int, int]]:
-    """Row ranges of runs of whole consecutive cells of at most ``size`` (default ``_TILE``) rows (or one larger
-    cell)."""
-    return [(int(cells.start[a]), int(cells.start[b])) for a, b in _cell_runs(cells, size or _TILE)]
+def _cell_tiles(cells: Cells) -> list[tuple[int, int]]:
+    """Row ranges of runs of whole consecutive cells of at most ``_TILE`` rows (or one larger cell)."""
+    return [(int(cells.start[a]), int(cells.start[b])) for a, b in _cell_runs(cells, _TILE)]
 
 
 def _cell_runs(cells: Cells, size: int) -> list[tuple[int, int]]:
@@ -81,17 +80,21 @@ def _slices(lo: int, hi: int) -> list[slice]:
     return [slice(a, min(a + _COLS, hi)) for a in range(lo, hi, _COLS)]
 
 
+def _runs(values: np.ndarray) -> list[tuple[int, int, int]]:
+    """(value, lo, hi) of the runs of equal values of a sorted array (labels of a block, cells of entries)."""
+    if values.size == 0:
+        return []
+    cuts = np.flatnonzero(np.r_[True, values[1:] != values[:-1], True])
+    return [(int(values[a]), int(a), int(b)) for a, b in itertools.pairwise(cuts.tolist())]
+
+
 def _by_cell(pos: np.ndarray, cell: np.ndarray) -> list[tuple[int, np.ndarray]]:
     """Entries grouped by cell: (cell, its rows), the rows in strips of at most ``_STRIP``."""
     if pos.size == 0:
         return []
     o = np.argsort(cell, kind="stable")
-    pos, cell = pos[o], cell[o]
-    cuts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1], True])
-    return [
-        (int(cell[a]), pos[s : min(s + _STRIP, b)]) for a, b in itertools.pairwise(cuts.tolist())
-        for s in range(a, b, _STRIP)
-    ]
+    pos = pos[o]
+    return [(b, pos[s : min(s + _STRIP, hi)]) for b, lo, hi in _runs(cell[o]) for s in range(lo, hi, _STRIP)]
 
 
 def _alpha(threshold: np.ndarray | float, eps2: float) -> np.ndarray:
@@ -170,48 +173,7 @@ def pruned_top_pairs(x: np.ndarray, k: int) -> PairRanking | None:
 # --- label errors -------------------------------------------------------------------------------------------------
 
 
-class _Nearest:
-    """Per sorted position: the running largest float32 similarity to a partner of one kind and the records
-    (position, partner, similarity) within eps2 of it; the exact distance at the end (see the module docstring)."""
 
-    def __init__(self, n: int, eps2: float) -> None:
-        self.best = np.full(n, -np.inf)
-        self.eps2 = eps2
-        self.p: list[np.ndarray] = []
-        self.q: list[np.ndarray] = []
-        self.v: list[np.ndarray] = []
-        self.size = 0
-
-    def fold(self, rows: np.ndarray, row_max: np.ndarray, p: np.ndarray, q: np.ndarray, v: np.ndarray) -> None:
-        self.best[rows] = np.maximum(self.best[rows], row_max)  # rows are distinct within a block
-        self.p.append(p)
-        self.q.append(q)
-        self.v.append(v)
-        self.size += p.size
-        if self.size > 1 << 22:
-            self._compact()
-
-    def _compact(self) -> None:
-        p, q, v = np.concatenate(self.p), np.concatenate(self.q), np.concatenate(self.v)
-        keep = v >= self.best[p] - self.eps2
-        self.p, self.q, self.v = [p[keep]], [q[keep]], [v[keep]]
-        self.size = int(keep.sum())
-
-    def exact(self, xs: np.ndarray) -> np.ndarray:
-        out = np.full(self.best.size, np.inf)
-        if self.p:
-            self._compact()
-            p, q = self.p[0], self.q[0]
-            np.minimum.at(out, p, exact_dists(xs, p, q))
-        return out
-
-
-def _label_runs(labels: np.ndarray) -> list[tuple[int, int, int]]:
-    """(label, lo, hi) of the runs of a label-sorted array."""
-    if labels.size == 0:
-        return []
-    cuts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1], True])
-    return [(int(labels[a]), int(a), int(b)) for a, b in itertools.pairwise(cuts.tolist())]
 
 
 def _kind_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarray, kinds: str, eps2: float,
@@ -220,7 +182,7 @@ def _kind_scan(s: np.ndarray, rows: np.ndarray, cols: np.ndarray, lab: np.ndarra
     label-sorted, so each kind is a set of rectangular sub-blocks) and the (row, column, value) entries within eps2
     of them; ``by_cols``: the same for the columns as the points (column maxima, (column, row, value) entries),
     without a transposed copy. Entries of −inf (masked) are never recorded."""
-    runs_r, runs_c = _label_runs(lab[rows]), _label_runs(lab[cols])
+    runs_r, runs_c = _runs(lab[rows]), _runs(lab[cols])
     points = cols if by_cols else rows
     out = []
     for kind in kinds:
@@ -297,7 +259,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
     xs = x[order]
     lab = codes[order]
     eps2 = screen_margin(xs)
-    near = {"s": _Nearest(n, eps2), "d": _Nearest(n, eps2)}
+    near = {kind: Records(np.full(n, -np.inf), eps2, nearest=True) for kind in "sd"}  # per kind, val = running best
     single = counts[lab] == 1
 
     def by_label(pos: np.ndarray) -> np.ndarray:
@@ -316,7 +278,7 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         depend on which); −inf where a needed best is still unknown."""
         f = np.full(rows.size, np.inf)
         for kind in kinds:
-            b = near[kind].best[rows]
+            b = near[kind].val[rows]
             f = np.minimum(f, b if kind == "d" else np.where(single[rows], np.inf, b))
         return floor32(f - eps2)
 
@@ -354,7 +316,9 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
     def fold(parts: Iterator[list]) -> None:
         for part in parts:
             for kind, rows, m, p, q, v in part:
-                near[kind].fold(rows, m, p, q, v)
+                rec = near[kind]
+                rec.val[rows] = np.maximum(rec.val[rows], m)  # rows are distinct within a block
+                rec.add(p, q, v)
 
     def cell_tasks(pos: np.ndarray, cb: np.ndarray, kinds: str) -> list:
         return [(rows, np.arange(start[b], start[b + 1]), kinds, False) for b, rows in _by_cell(pos, cb)]
@@ -382,8 +346,8 @@ def pruned_label_distances(x: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray
         pair_of, rows_of = _ranges(start[na], start[na + 1])  # the rows of cell a, for each pair (a, b)
         seen = rows_of * cells.n_cells + nb[pair_of]
         # per kind: the cells that may still hold a nearer partner of that kind and hold that kind at all
-        a_same = np.where(need_same, _alpha(near["s"].best[:nc], eps2), 0.0)
-        found = cells.candidates(xs, a_same, _alpha(near["d"].best[:nc], eps2), pmap=pmap)
+        a_same = np.where(need_same, _alpha(near["s"].val[:nc], eps2), 0.0)
+        found = cells.candidates(xs, a_same, _alpha(near["d"].val[:nc], eps2), pmap=pmap)
         if found is None:
             return None
         (p_s, c_s, dense_s), (p_d, c_d, dense_d) = found

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from ._kernels import TopPairs, as_unit_embeddings, exact_dists, screen_margin
+from ._kernels import Records, TopPairs, as_unit_embeddings, exact_dists, screen_margin
 from .label_errors import _validate_labels, ratio_scores
 from .types import PairRanking
 
@@ -57,7 +57,6 @@ LabelScores = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 _TILE = 4096  # strip columns
 _STRIP = 512  # strip rows: 512 × 4096 float32 = 8 MiB buffer per task
-_RECORDS_CAP = 1 << 20  # label-error candidate records held before a compaction pass
 
 
 def row_blocks(n: int, n_blocks: int) -> list[tuple[int, int]]:
@@ -81,50 +80,14 @@ def task_pair_counts(n: int, n_blocks: int) -> list[int]:
     return out
 
 
-class _Records:
-    """(point, partner, s32) candidates of one kind; ``nearest`` keeps s32 >= val - eps2, else s32 <= val + eps2."""
-
-    def __init__(self, val: np.ndarray, eps2: float, nearest: bool) -> None:
-        self.val, self.eps2, self.nearest = val, eps2, nearest
-        self.p: list[np.ndarray] = []
-        self.q: list[np.ndarray] = []
-        self.v: list[np.ndarray] = []
-        self.size, self.cap = 0, _RECORDS_CAP
-
-    def add(self, p: np.ndarray, q: np.ndarray, v: np.ndarray) -> None:
-        self.p.append(p)
-        self.q.append(q)
-        self.v.append(v)
-        self.size += p.size
-        if self.size > self.cap:
-            self._compact()
-            self.cap = max(_RECORDS_CAP, 2 * self.size)
-
-    def _compact(self) -> None:
-        p, q, v = np.concatenate(self.p), np.concatenate(self.q), np.concatenate(self.v)
-        bound = self.val[p].astype(np.float64)
-        keep = v >= bound - self.eps2 if self.nearest else v <= bound + self.eps2
-        self.p, self.q, self.v = [p[keep]], [q[keep]], [v[keep]]
-        self.size = int(keep.sum())
-
-    def exact(self, x: np.ndarray) -> np.ndarray:
-        """Per point the exact min (nearest) or max (farthest) float64 distance over the candidates."""
-        out = np.full(self.val.size, np.inf if self.nearest else -np.inf)
-        if self.p:
-            self._compact()
-            p, q = self.p[0], self.q[0]
-            (np.minimum if self.nearest else np.maximum).at(out, p, exact_dists(x, p, q))
-        return out
-
-
 class _LabelState:
     """Running nearest same-label / other-label similarities and farthest (one-member classes) per point."""
 
     def __init__(self, n: int, eps2: float) -> None:
         self.eps2 = eps2
-        self.same = _Records(np.full(n, -np.inf, np.float32), eps2, nearest=True)
-        self.diff = _Records(np.full(n, -np.inf, np.float32), eps2, nearest=True)
-        self.far = _Records(np.full(n, np.inf, np.float32), eps2, nearest=False)
+        self.same = Records(np.full(n, -np.inf, np.float32), eps2, nearest=True)
+        self.diff = Records(np.full(n, -np.inf, np.float32), eps2, nearest=True)
+        self.far = Records(np.full(n, np.inf, np.float32), eps2, nearest=False)
 
     def fold(self, s: np.ndarray, cols: bool, p0: int, lab_p: np.ndarray, q0: int, lab_q: np.ndarray) -> np.ndarray:
         """Fold strip ``s`` into the points p0.. (its rows, or its columns if ``cols``) over the partners q0..
