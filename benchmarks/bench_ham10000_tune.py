@@ -87,6 +87,14 @@ half, once after the choice (``--half evaluation --sizes 160 --settings 0.5:96,1
 This script on the whole set (``--half all --settings 0.5:64,0.5:96,0.5:128 --ks 5``, library path, not the
 platform's) gave 0.5 with F 64: recall@1000 0.2975 and 15 of 20 — the platform's ranking differs from it in the
 last places of the top 1,000, so only the platform's count decides.
+
+**Input size, with the SIFT settings above** (``--sizes 160,144,128,112 --settings 0.5:96 --ks 5``; the flag
+``--flips``, default 0.02, plants label flips with a seed and scores each size's label-error ranking, the other
+consumer of the embedding, by the AUROC of the flipped images). Rule, written down 2026-12-07 before this grid
+ran: keep a size whose recall@501 is at least 160 px's in the same run − 0.005, whose audited count is not lower
+than 160 px's, and whose planted-flip AUROC is at least 160 px's − 0.01; take the smallest kept size. Through the
+platform on the whole set it must then keep 15 of 20 audited pairs in the top 1,000 and recall@1000 ≥ 0.29
+(the issue), else the next larger kept size.
 """
 
 from __future__ import annotations
@@ -122,15 +130,20 @@ def main() -> None:
     ap.add_argument("--settings", default=None,
                     help="SIFT settings scale:F,scale:F,... instead of every --scales × --features pair")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--flips", type=float, default=0.02,
+                    help="fraction of labels flipped (seeded) for the label-error check of each input size")
+    ap.add_argument("--flip-seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("/tmp/ham_tune"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     import torch
+    from sklearn.metrics import roc_auc_score
 
     from noisycal_platform.cleaning.encoder.onnx_runtime import embed_onnx
     from noisycal_platform.cleaning.encoder.pretrained import load_pretrained
     from noisycal_platform.cleaning.rankings._kernels import as_unit_embeddings, exact_dists
+    from noisycal_platform.cleaning.rankings.label_errors import label_error_scores
     from noisycal_platform.cleaning.rankings.verify import (
         candidate_pairs,
         exact_knn,
@@ -140,7 +153,7 @@ def main() -> None:
     )
 
     torch.set_num_threads(args.threads)
-    ids, pos, audited, _ = load_truth(args.limit, args.half)
+    ids, pos, audited, labels = load_truth(args.limit, args.half)
     files = [str(DATA / "images" / f"{i}.jpg") for i in ids]
     n = len(files)
     kk = max(1, round(1000 * len(pos) / 3207)) if args.half != "all" else 1000
@@ -152,6 +165,17 @@ def main() -> None:
     pos_c, aud_c = codes(pos, n), codes(audited, n)
     rows, cpu = [], {}
     knn: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    # planted label flips (known truth beside the data's own noise): each flipped image gets another class drawn
+    # uniformly; the label-error ranking of each input size is scored by the AUROC of the flipped images
+    rng = np.random.default_rng(args.flip_seed)
+    classes = np.unique(labels)
+    flipped = rng.permutation(n)[:round(args.flips * n)] if args.flips > 0 else np.zeros(0, np.int64)
+    noisy = labels.copy()
+    for i in flipped.tolist():
+        noisy[i] = rng.choice(classes[classes != labels[i]])
+    is_flip = np.zeros(n, bool)
+    is_flip[flipped] = True
+    label_check: dict[int, dict] = {}
     for size in sizes:
         enc = load_pretrained("efficientnet-lite0", image_size=size, device="cpu")
         c, t = _cpu(), time.perf_counter()
@@ -165,6 +189,12 @@ def main() -> None:
         x = as_unit_embeddings(emb)
         idx, _ = exact_knn(x, max(ks))
         knn[size] = (x, idx)
+        if flipped.size:
+            score = label_error_scores(x, noisy)[0]
+            top = np.argsort(-score, kind="stable")[:flipped.size]
+            label_check[size] = {"flip_auroc": float(roc_auc_score(is_flip, score)),
+                                 "flips_in_top": int(is_flip[top].sum()), "flips": int(flipped.size)}
+            log(f"label errors {size} px: {label_check[size]}")
         log(f"embedding {size} px: {cpu[f'embed {size}px'][0]:.1f} CPU s")
     settings = ([(float(a), int(b)) for a, b in (x.split(":") for x in args.settings.split(","))] if args.settings
                 else [(scale, f) for scale in scales for f in fs])
@@ -199,12 +229,17 @@ def main() -> None:
                      "verify_cpu_s_per_1k_pairs": 1000 * vcpu / max(int(new.sum()), 1)}
                 rows.append(r)
                 log(json.dumps(r))
-    (args.out / "tune.json").write_text(json.dumps({"rows": rows, "cpu": cpu, "K": kk, "n": n}, indent=1))
+    (args.out / "tune.json").write_text(json.dumps({"rows": rows, "cpu": cpu, "K": kk, "n": n,
+                                                    "label_errors": label_check}, indent=1))
     print(f"\n| input px | SIFT scale | F | k | candidates | candidate recall | recall@{kk} | audited in top {kk} |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['size']} | {r['scale']:g} | {r['F']} | {r['k']} | {r['n_candidates']} | "
               f"{r['candidate_recall']:.3f} | {r[f'recall@{kk}']:.4f} | {r['audited_in_top']} of {len(audited)} |")
+    if label_check:
+        print(f"\nlabel-error ranking, {flipped.size} planted flips (seed {args.flip_seed}):")
+        for size, r in label_check.items():
+            print(f"  {size} px: AUROC {r['flip_auroc']:.4f}, flips in the top {r['flips']}: {r['flips_in_top']}")
     print("\nCPU seconds (wall):")
     for name, (c, w) in cpu.items():
         print(f"  {name}: {c:.1f} ({w:.1f} wall)")
