@@ -207,7 +207,7 @@ def test_d4_views_make_the_rotated_copy_coincide(tmp_path_factory):
 
 
 def test_auto_default_on_photographs_records_the_choice_in_metadata_table_and_report(tmp_path_factory):
-    """No encoder setting: 128 px pictures (median short side 128 >= 64) resolve to the frozen Lite0 at 160 px with
+    """No encoder setting: 128 px pictures (median short side 128 >= 64) resolve to the frozen Lite0 at 112 px with
     SIFT verification; the choice and why are in the asset metadata, the ``ssl_encoder`` row and the report."""
     from noisycal_platform.cleaning.encoder.pretrained import weights_path
 
@@ -215,7 +215,7 @@ def test_auto_default_on_photographs_records_the_choice_in_metadata_table_and_re
     meta = _metadata(result, "cleaning__ssl_encoder")
     assert meta["sha256"] == _sha256(weights_path("efficientnet-lite0"))
     assert (meta["encoder_setting"], meta["encoder_resolved"], meta["encoder_input_px"]) == (
-        "auto", "efficientnet-lite0", 160)
+        "auto", "efficientnet-lite0", 112)
     assert meta["near_duplicate_rerank"] is True and meta["near_duplicate_k"] == 5
     assert meta["image_short_side_px"] == SIZE and "real photographs" in meta["encoder_choice"]
     assert _metadata(result, "neighbour_rankings", "cleaning/rank_near_duplicates")["reranked"] is True

@@ -3,7 +3,7 @@
 The rule, from what was measured on each kind of data:
 
 * **real photographs**, the median short side of the images at least :data:`MIN_PHOTO_SIDE` (64 px): the frozen
-  ImageNet EfficientNet-Lite0 from its wheel at its real-data size (:data:`.config.REAL_DATA_SIZE`, 160 px), each
+  ImageNet EfficientNet-Lite0 from its wheel at its real-data size (:data:`.config.REAL_DATA_SIZE`, 112 px), each
   image's ``near_duplicate_k`` (5) exact nearest neighbours re-ranked by SIFT verification
   (``near_duplicate_rerank``). On HAM10000 (150 px short side; benchmarks/bench_ham10000.py) this reached
   recall@1000 0.295 over the same-lesion pairs with k = 10 and 256 SIFT keypoints, against 0.043 for the DINO
@@ -12,7 +12,8 @@ The rule, from what was measured on each kind of data:
   0.2981 for k = 10 with 256 keypoints, the same 10 of 12 audited pairs, half the pairs to verify); on the whole
   set recall@1000 0.296 and 15 of 20 audited pairs, as before, but recall@3207 0.323 against 0.362 (fewer
   candidates). Since 2026-12-07 SIFT keeps 96 keypoints of the half-size image (``pipeline.rankings.VERIFY_SCALE``,
-  chosen by the same tuning rule): whole set recall@1000 0.296, 15 of 20 audited, recall@3207 0.307;
+  chosen by the same tuning rule): whole set recall@1000 0.296, 15 of 20 audited, recall@3207 0.307; and since then the
+  input is 112 px (chosen on the tuning half; whole set recall@1000 0.291, 16 of 20 audited, recall@3207 0.293);
 * **tiny images** (smaller median short side): the DINO ViT trained on the dataset's own images with the seed's
   embedding-distance ranking (Gröger et al. 2023 §3.2, §3.6). On the 32 px demo digits it beats the non-learned baseline
   (near-duplicate AUROC 0.800 against 0.763; benchmarks/bench_dino_demo.py) where the frozen Lite0 does not (0.736

@@ -39,7 +39,7 @@ def test_photographs_get_the_frozen_lite0_with_verification_and_tiny_images_the_
     _write_images(tmp_path / "photos", [(200, 150)] * 6 + [(150, 200)] * 4)  # HAM10000-like, both orientations
     _write_images(tmp_path / "tiny", [(32, 32)] * 10)
     photos = encoder_choice(_images(tmp_path / "photos", "photos"))
-    assert (photos.encoder, photos.rerank, photos.k, photos.input_size) == ("efficientnet-lite0", True, 5, 160)
+    assert (photos.encoder, photos.rerank, photos.k, photos.input_size) == ("efficientnet-lite0", True, 5, 112)
     assert photos.short_side == 150.0 and photos.setting == "auto"
     assert "real photographs" in photos.reason and "150 px" in photos.reason
     tiny = encoder_choice(_images(tmp_path / "tiny", "tiny"))
