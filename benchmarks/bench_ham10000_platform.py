@@ -168,6 +168,32 @@ morning; the quiet figure is the lead's command at the top (``--fastdup-python``
 the near-duplicates), OpenCV's SIFT detection, and Dagster's fixed cost (automation evaluation, run creation,
 event log: about 2 s per run, six runs).
 
+Since 2026-12-07 the encoder's input is 112 px (``encoder.config.REAL_DATA_SIZE``, chosen on the tuning half:
+``bench_ham10000_tune.py``, "Input size"). ``run_all.py --only ham10000_platform --merge`` at 0dff0e8, 18:27–18:32,
+a quiet box (load 0.9 before, 1.9 after), fastdup in the same run:
+
+| part | wall s | CPU s |
+|---|---|---|
+| noisycal datasets add (hash + decode check) | 1.1 | 1.2 |
+| steps raw__reference_labels, raw__images, cleaning__ssl_encoder | 10.0 | |
+| step cleaning__embeddings: ONNX export (first use) 1.2 s; forward pass (112 px) + baseline, one decode | 36.2 | 67.1 |
+| step cleaning__rank_irrelevant | 6.1 | |
+| step neighbour_rankings: SIFT (half size, 96 keypoints) | 35.2 | 66.6 |
+| — exact k-NN candidates (k = 5) | 3.7 | 6.3 |
+| — geometric verification | 6.5 | 12.0 |
+| — the plain rankings (baseline near-duplicates, both label errors), I/O | 6.2 | |
+| cleaning/confirmation_queue, ranking_vs_truth, asset checks | 2.0 | |
+| tick start-up and Dagster between steps | 15.6 | |
+| **total** | **122.6** | **197.6** |
+
+fastdup 2.54 ``fd.run()`` 138.5 s (its process 143.9 s wall, 279 CPU s): ours / ``fd.run()`` 0.89, **met**. Quality:
+recall@1000 0.291 (≥ 0.29), recall@3207 0.293, 16 of 20 audited pairs in the top 1,000 (15 at 160 px). A run at
+the same settings 11 minutes earlier: 134.9 s against ``fd.run()`` 141.3 s (0.95). What remains: the forward pass
+and SIFT (about 67 CPU s each, both on two cores), and Dagster's fixed cost (the tick's imports, instance and two
+automation rounds: about 9 s of a tick that runs nothing, on one core; ``raw/images``' probe of each file, 4.7 s,
+is mostly Pillow's Python-side header parsing, so threads did not shorten it: 5.0 s wall on 8 threads, tried and
+dropped).
+
 ``--rows-json F`` writes the rows of ``make bench`` (``results_table``): the platform path's wall time against
 fastdup's ``fd.run()`` (the issue's peer figure; goal: ours ≤ fastdup; the fastdup process with its imports and
 the read-back of its pairs is in the note) and recall@1000 (goal ≥ 0.29). ``--quick`` is ``--limit 300``.
