@@ -12,9 +12,25 @@ from assets.policy import EAGER, EAGER_PARTITIONED
 from assets.raw import ANNOTATIONS
 from definitions import build_definitions
 from noisycal_platform.files import sha256_file
-from orchestration.runner import instance_for, tick
+from noisycal_platform.paths import HomeLayout
+from orchestration.runner import _dynamic_partitions_snapshot, instance_for, tick
 
 HEADER = "item_id,annotator_id,label\n"
+
+
+@pytest.fixture(scope="module")
+def _opened_home(tmp_path_factory):
+    """A fresh home whose instance was opened once (its SQLite files created and stamped: about 0.4 CPU s)."""
+    home = HomeLayout.at(tmp_path_factory.mktemp("opened") / "home").ensure().home
+    instance_for(home)
+    return home
+
+
+@pytest.fixture
+def layout(_opened_home, tmp_path):
+    """This module's fresh home: a copy of ``_opened_home`` (a moved home gets its dagster.yaml paths rewritten)."""
+    shutil.copytree(_opened_home, tmp_path / "home")
+    return HomeLayout.at(tmp_path / "home")
 
 
 @pytest.fixture
@@ -22,45 +38,53 @@ def defs(layout):
     return build_definitions(layout.home)
 
 
-def _ctx(defs, layout, cursor=None, name="annotation_sensor"):
+@pytest.fixture
+def instance(layout):
+    """The platform's instance on the test's fresh home, one per test (opening one costs about 0.15 CPU s)."""
+    return instance_for(layout.home)
+
+
+def _ctx(defs, instance, cursor=None, name="annotation_sensor"):
+    # only the resources the sensor declares, as the runner and the daemon give it (all of them: ~70 ms a context)
+    (required,) = [s.required_resource_keys for s in defs.sensors if s.name == name]
     return dg.build_sensor_context(
-        instance=instance_for(layout.home),
+        instance=instance,
         cursor=cursor,
         definitions=defs,
         sensor_name=name,
-        resources=defs.resources,
+        resources={k: v for k, v in defs.resources.items() if k in required},
     )
 
 
-def test_annotation_sensor_cases(defs, layout):
+def test_annotation_sensor_cases(defs, layout, instance):
     # empty inbox -> skip
-    r0 = annotation_sensor(_ctx(defs, layout))
+    r0 = annotation_sensor(_ctx(defs, instance))
     assert r0.skip_reason is not None and not r0.run_requests
     # a new file -> exactly one RunRequest keyed by its content hash
     p = layout.annotation_inbox / "b1.csv"
     p.write_text(HEADER + "a,r1,1\n")
-    r1 = annotation_sensor(_ctx(defs, layout))
+    r1 = annotation_sensor(_ctx(defs, instance))
     assert [rr.run_key for rr in r1.run_requests] == [f"annotations-{sha256_file(p)}"]
     # the same file again (cursor passed on) -> nothing
-    r2 = annotation_sensor(_ctx(defs, layout, cursor=r1.cursor))
+    r2 = annotation_sensor(_ctx(defs, instance, cursor=r1.cursor))
     assert not r2.run_requests
     # a renamed copy with the same bytes -> nothing
     shutil.copy(p, layout.annotation_inbox / "b1-renamed.csv")
-    r3 = annotation_sensor(_ctx(defs, layout, cursor=r1.cursor))
+    r3 = annotation_sensor(_ctx(defs, instance, cursor=r1.cursor))
     assert not r3.run_requests
     # a different file -> one new request
     (layout.annotation_inbox / "b2.csv").write_text(HEADER + "b,r1,0\n")
-    r4 = annotation_sensor(_ctx(defs, layout, cursor=r1.cursor))
+    r4 = annotation_sensor(_ctx(defs, instance, cursor=r1.cursor))
     assert len(r4.run_requests) == 1 and set(json.loads(r4.cursor)) >= set(json.loads(r1.cursor))
 
 
-def test_model_version_sensor_adds_partition(defs, layout):
-    r0 = model_version_sensor(_ctx(defs, layout, name="model_version_sensor"))
+def test_model_version_sensor_adds_partition(defs, layout, instance):
+    r0 = model_version_sensor(_ctx(defs, instance, name="model_version_sensor"))
     assert r0.skip_reason is not None
     (layout.models / "v7").mkdir()
     (layout.models / "v7" / "predictions.csv").write_text("item_id,score\na,0.5\n")
     (layout.models / "empty_folder").mkdir()  # no predictions file -> not a version
-    r1 = model_version_sensor(_ctx(defs, layout, name="model_version_sensor"))
+    r1 = model_version_sensor(_ctx(defs, instance, name="model_version_sensor"))
     assert [req.partition_keys for req in r1.dynamic_partitions_requests] == [["v7"]]
     assert [(rr.partition_key, rr.run_key) for rr in r1.run_requests] == [("v7", "model-v7")]
 
@@ -108,10 +132,21 @@ PARTLY_GOOD = {
 }
 
 
+@pytest.fixture(scope="module")
+def _one_batch_home(_opened_home, tmp_path_factory):
+    """A fresh home after its first batch (b1.csv: a,r1,1) went through ``tick``: the same for every case."""
+    home = tmp_path_factory.mktemp("one_batch") / "home"
+    shutil.copytree(_opened_home, home)
+    (HomeLayout.at(home).annotation_inbox / "b1.csv").write_text(HEADER + "a,r1,1\n")
+    tick(home, defs=build_definitions(home), automation=False)
+    return home
+
+
 @pytest.mark.parametrize("case", sorted(BAD_BATCHES))
-def test_bad_batch_is_quarantined_and_leaves_warehouse_unchanged(defs, layout, case):
-    (layout.annotation_inbox / "b1.csv").write_text(HEADER + "a,r1,1\n")
-    tick(layout.home, defs=defs, automation=False)
+def test_bad_batch_is_quarantined_and_leaves_warehouse_unchanged(_one_batch_home, tmp_path, case):
+    # each case on its own copy of the home its good first batch was ticked into (built once per module)
+    layout = HomeLayout.at(shutil.copytree(_one_batch_home, tmp_path / "home"))
+    defs = build_definitions(layout.home)
     import duckdb
 
     def stored():
@@ -147,23 +182,23 @@ def test_new_model_folder_creates_partition_and_loads_predictions(defs, layout):
     assert [r["partition"] for r in _runs_of(report, "raw/predictions")] == ["v1"]
 
 
-def test_predictions_replaced_in_place_are_requested_again_by_content(defs, layout):
+def test_predictions_replaced_in_place_are_requested_again_by_content(defs, layout, instance):
     (layout.models / "v7").mkdir()
     pred = layout.models / "v7" / "predictions.csv"
     pred.write_text("item_id,score\na,0.5\n")
-    r1 = model_version_sensor(_ctx(defs, layout, name="model_version_sensor"))
+    r1 = model_version_sensor(_ctx(defs, instance, name="model_version_sensor"))
     assert [rr.run_key for rr in r1.run_requests] == ["model-v7"]
-    instance_for(layout.home).add_dynamic_partitions("model_versions", ["v7"])
+    instance.add_dynamic_partitions("model_versions", ["v7"])
     # same bytes, new mtime: nothing
     os.utime(pred, ns=(pred.stat().st_atime_ns, pred.stat().st_mtime_ns + 10**9))
-    r2 = model_version_sensor(_ctx(defs, layout, cursor=r1.cursor, name="model_version_sensor"))
+    r2 = model_version_sensor(_ctx(defs, instance, cursor=r1.cursor, name="model_version_sensor"))
     assert not r2.run_requests
     # a fixed file written over the old one: one run for v7, keyed by the new content hash (never a spent key)
     pred.write_text("item_id,score\na,0.25\n")
-    r3 = model_version_sensor(_ctx(defs, layout, cursor=r2.cursor, name="model_version_sensor"))
+    r3 = model_version_sensor(_ctx(defs, instance, cursor=r2.cursor, name="model_version_sensor"))
     assert [(rr.partition_key, rr.run_key) for rr in r3.run_requests] == [("v7", f"model-v7-{sha256_file(pred)[:16]}")]
     assert not r3.dynamic_partitions_requests
-    r4 = model_version_sensor(_ctx(defs, layout, cursor=r3.cursor, name="model_version_sensor"))
+    r4 = model_version_sensor(_ctx(defs, instance, cursor=r3.cursor, name="model_version_sensor"))
     assert not r4.run_requests
 
 
@@ -176,46 +211,46 @@ FOLD_INPUTS = [
 ]
 
 
-def _add_version(layout, version: str) -> None:
+def _add_version(layout, instance, version: str) -> None:
     (layout.models / version).mkdir()
     (layout.models / version / "predictions.csv").write_text("item_id,score\na,0.25\nb,0.75\n")
-    instance_for(layout.home).add_dynamic_partitions("model_versions", [version])
+    instance.add_dynamic_partitions("model_versions", [version])
 
 
-def _build(defs, layout, keys, partition):
+def _build(defs, instance, keys, partition):
     result = dg.materialize(
         [*defs.assets, *defs.asset_checks],
         selection=keys,
         partition_key=partition,
-        instance=instance_for(layout.home),
+        instance=instance,
         resources=defs.resources,
     )
     assert result.success
 
 
-def test_a_single_batch_is_ingested_with_its_downstream_in_one_run(defs, layout):
+def test_a_single_batch_is_ingested_with_its_downstream_in_one_run(defs, layout, instance):
     downstream = (
         dg.AssetSelection.assets(ANNOTATIONS).downstream(include_self=False).resolve(defs.resolve_asset_graph())
     )
     assert {k.to_user_string() for k in downstream} >= {"calibration/nc_ece_report", "reports/calibration"}
-    _add_version(layout, "v1")
+    _add_version(layout, instance, "v1")
     (layout.annotation_inbox / "b1.csv").write_text(HEADER + "a,r1,1\n")
     # the version's predictions are not loaded yet: the ingestion alone (the automation waits for them)
-    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    (rr,) = annotation_sensor(_ctx(defs, instance)).run_requests
     assert (rr.asset_selection, rr.partition_key, DOWNSTREAM_TAG in rr.tags) == ([ANNOTATIONS], None, False)
-    _build(defs, layout, FOLD_INPUTS, "v1")
-    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    _build(defs, instance, FOLD_INPUTS, "v1")
+    (rr,) = annotation_sensor(_ctx(defs, instance)).run_requests
     assert set(rr.asset_selection) == {ANNOTATIONS, *downstream} and rr.partition_key == "v1"
     assert rr.tags[DOWNSTREAM_TAG] == "true"
     assert rr.run_key == f"annotations-{sha256_file(layout.annotation_inbox / 'b1.csv')}"
     # two new batches in one evaluation: each ingestion alone (one of them takes both; the automation follows)
     (layout.annotation_inbox / "b2.csv").write_text(HEADER + "b,r1,0\n")
-    assert [r.asset_selection for r in annotation_sensor(_ctx(defs, layout)).run_requests] == [[ANNOTATIONS]] * 2
+    assert [r.asset_selection for r in annotation_sensor(_ctx(defs, instance)).run_requests] == [[ANNOTATIONS]] * 2
     (layout.annotation_inbox / "b2.csv").unlink()
     # a second model version: one run holds one partition, so the ingestion alone
-    _add_version(layout, "v2")
-    _build(defs, layout, FOLD_INPUTS[:1], "v2")
-    (rr,) = annotation_sensor(_ctx(defs, layout)).run_requests
+    _add_version(layout, instance, "v2")
+    _build(defs, instance, FOLD_INPUTS[:1], "v2")
+    (rr,) = annotation_sensor(_ctx(defs, instance)).run_requests
     assert (rr.asset_selection, rr.partition_key) == ([ANNOTATIONS], None)
 
 
@@ -281,6 +316,12 @@ def _toy_defs(fail_partition: str | None = None) -> dg.Definitions:
     return dg.Definitions(assets=[scores, per_version, fan_in_report, root, middle, middle_2, reads_both])
 
 
+def _evaluate(defs, instance, cursor=None):
+    # as the runner evaluates (_run_automation): each dynamic partitions definition read once per evaluation
+    with _dynamic_partitions_snapshot(instance):
+        return dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=cursor)
+
+
 def _asked(result, name: str) -> list:
     key = dg.AssetKey(name)
     if result.get_num_requested(key) == 0:
@@ -288,46 +329,44 @@ def _asked(result, name: str) -> list:
     return sorted(result.get_requested_partitions(key) or [None], key=str)
 
 
-def test_a_failed_input_partition_stops_its_partition_but_not_the_fan_in_report():
+def test_a_failed_input_partition_stops_its_partition_but_not_the_fan_in_report(instance):
     defs = _toy_defs(fail_partition="v2")
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("toy_versions", ["v1", "v2"])
-        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-        for pk in ("v1", "v2"):
-            dg.materialize(defs.assets, selection=["scores"], partition_key=pk, instance=instance, raise_on_error=False)
-        r1 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
-        assert _asked(r1, "per_version") == ["v1"]  # v2's input failed: no misleading downstream error
-        assert _asked(r1, "fan_in_report") == [None]  # rebuilt from the good partition, not frozen
+    instance.add_dynamic_partitions("toy_versions", ["v1", "v2"])
+    r0 = _evaluate(defs, instance)
+    for pk in ("v1", "v2"):
+        dg.materialize(defs.assets, selection=["scores"], partition_key=pk, instance=instance, raise_on_error=False)
+    r1 = _evaluate(defs, instance, r0.cursor)
+    assert _asked(r1, "per_version") == ["v1"]  # v2's input failed: no misleading downstream error
+    assert _asked(r1, "fan_in_report") == [None]  # rebuilt from the good partition, not frozen
 
 
-def test_an_asset_reading_two_stages_of_a_chain_runs_once_after_both():
+def test_an_asset_reading_two_stages_of_a_chain_runs_once_after_both(instance):
     defs = _toy_defs()
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("toy_versions", ["v1"])
-        dg.materialize(defs.assets, selection=["root"], instance=instance)
-        dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
-        dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
-        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance)
-        r0 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
-        assert r0.total_requested == 0
-        dg.materialize(defs.assets, selection=["root"], instance=instance)
-        r1 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r0.cursor)
-        # stock eager() (and a will_be_requested gate, which ignores inputs that run in another run) requests
-        # reads_both now, beside the per-version chain, and publishes it with stale inputs
-        assert _asked(r1, "middle") == ["v1"] and _asked(r1, "middle_2") == ["v1"]
-        assert _asked(r1, "reads_both") == []
-        dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
-        r2 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r1.cursor)
-        assert _asked(r2, "reads_both") == [None]
-        dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
-        r3 = dg.evaluate_automation_conditions(defs=defs, instance=instance, cursor=r2.cursor)
-        assert r3.total_requested == 0  # once per upstream change
+    instance.add_dynamic_partitions("toy_versions", ["v1"])
+    dg.materialize(defs.assets, selection=["root"], instance=instance)
+    dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
+    dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
+    r0 = _evaluate(defs, instance)
+    r0 = _evaluate(defs, instance, r0.cursor)
+    assert r0.total_requested == 0
+    dg.materialize(defs.assets, selection=["root"], instance=instance)
+    r1 = _evaluate(defs, instance, r0.cursor)
+    # stock eager() (and a will_be_requested gate, which ignores inputs that run in another run) requests
+    # reads_both now, beside the per-version chain, and publishes it with stale inputs
+    assert _asked(r1, "middle") == ["v1"] and _asked(r1, "middle_2") == ["v1"]
+    assert _asked(r1, "reads_both") == []
+    dg.materialize(defs.assets, selection=["middle", "middle_2"], partition_key="v1", instance=instance)
+    r2 = _evaluate(defs, instance, r1.cursor)
+    assert _asked(r2, "reads_both") == [None]
+    dg.materialize(defs.assets, selection=["reads_both"], instance=instance)
+    r3 = _evaluate(defs, instance, r2.cursor)
+    assert r3.total_requested == 0  # once per upstream change
 
 
-def test_runner_does_not_run_what_depends_on_a_failure_in_the_same_tick(tmp_path):
+def test_runner_does_not_run_what_depends_on_a_failure_in_the_same_tick(layout):
     from orchestration.runner import materialize_everything
 
-    home = tmp_path / "home"
+    home = layout.home
     defs = _toy_defs(fail_partition="v2")
     instance_for(home).add_dynamic_partitions("toy_versions", ["v1", "v2"])
     report = materialize_everything(home, defs=defs)
@@ -340,38 +379,38 @@ def test_runner_does_not_run_what_depends_on_a_failure_in_the_same_tick(tmp_path
     assert by[("fan_in_report", None)]["success"] and not by[("fan_in_report", None)].get("skipped")
 
 
-def test_a_changed_settings_file_requests_the_calibration_rerun_per_version(defs, layout):
+def test_a_changed_settings_file_requests_the_calibration_rerun_per_version(defs, layout, instance):
     from assets.automation import settings_sensor
 
-    instance_for(layout.home).add_dynamic_partitions("model_versions", ["v1", "v2"])
-    r0 = settings_sensor(_ctx(defs, layout, name="settings_sensor"))
+    instance.add_dynamic_partitions("model_versions", ["v1", "v2"])
+    r0 = settings_sensor(_ctx(defs, instance, name="settings_sensor"))
     assert not r0.run_requests and r0.cursor == "absent"  # the first evaluation is the baseline
     (layout.home / "settings.json").write_text('{"nc_ece_limit": 0.05}')
-    r1 = settings_sensor(_ctx(defs, layout, cursor=r0.cursor, name="settings_sensor"))
+    r1 = settings_sensor(_ctx(defs, instance, cursor=r0.cursor, name="settings_sensor"))
     assert sorted(rr.partition_key for rr in r1.run_requests) == ["v1", "v2"]
     assert {k.to_user_string() for k in r1.run_requests[0].asset_selection} >= {"calibration/nc_ece_report"}
-    r2 = settings_sensor(_ctx(defs, layout, cursor=r1.cursor, name="settings_sensor"))
+    r2 = settings_sensor(_ctx(defs, instance, cursor=r1.cursor, name="settings_sensor"))
     assert not r2.run_requests
 
 
-def test_new_audit_answers_request_the_agreement_once(defs, layout):
+def test_new_audit_answers_request_the_agreement_once(defs, layout, instance):
     from assets.automation import audit_answers_sensor
     from noisycal_platform.correctness.audit_sample import AuditPaths
 
     paths = AuditPaths(layout.home)
-    r0 = audit_answers_sensor(_ctx(defs, layout, name="audit_answers_sensor"))
+    r0 = audit_answers_sensor(_ctx(defs, instance, name="audit_answers_sensor"))
     assert not r0.run_requests  # nothing to agree on yet
     paths.annotation_csvs.mkdir(parents=True)
     (paths.annotation_csvs / "ann_a.csv").write_text(
         "dataset,model,case_id,annotator_id,human_correct,error_category\nd,m,c0,ann_a,1,\n"
     )
-    r1 = audit_answers_sensor(_ctx(defs, layout, name="audit_answers_sensor"))
+    r1 = audit_answers_sensor(_ctx(defs, instance, name="audit_answers_sensor"))
     assert [k.to_user_string() for k in r1.run_requests[0].asset_selection] == ["correctness/audit_agreement"]
-    r2 = audit_answers_sensor(_ctx(defs, layout, cursor=r1.cursor, name="audit_answers_sensor"))
+    r2 = audit_answers_sensor(_ctx(defs, instance, cursor=r1.cursor, name="audit_answers_sensor"))
     assert not r2.run_requests  # unchanged: no second run
     paths.adjudications.mkdir(parents=True)
     (paths.adjudications / "joint.csv").write_text("dataset,model,case_id,human_correct,error_category\n")
-    r3 = audit_answers_sensor(_ctx(defs, layout, cursor=r1.cursor, name="audit_answers_sensor"))
+    r3 = audit_answers_sensor(_ctx(defs, instance, cursor=r1.cursor, name="audit_answers_sensor"))
     assert len(r3.run_requests) == 1 and r3.run_requests[0].run_key != r1.run_requests[0].run_key
 
 
@@ -458,10 +497,10 @@ def _chain_defs(flag) -> dg.Definitions:
     return dg.Definitions(assets=[start, one, two, three])
 
 
-def test_a_partitions_chain_runs_as_one_run_and_stops_below_a_failed_step(tmp_path):
+def test_a_partitions_chain_runs_as_one_run_and_stops_below_a_failed_step(layout, tmp_path):
     """The automation requests one, two and three of v1 (three levels, one partition): one run, not three. When
     two fails, three is not executed (Dagster skips it inside the run) and the tick reports it not run."""
-    home, flag = tmp_path / "home", tmp_path / "broken"
+    home, flag = layout.home, tmp_path / "broken"
     defs = _chain_defs(flag)
     instance = instance_for(home)
     instance.add_dynamic_partitions("toy_versions", ["v1"])
