@@ -1,6 +1,7 @@
 """Reconstructable jobs for the executor tests: a Dask worker rebuilds them by importing this module.
 
-The home is read from ``$NOISYCAL_HOME`` (the test sets it before the worker processes start)."""
+The home is read from ``$NOISYCAL_HOME`` (the test sets it in its own process, and in a worker before the worker's
+first task of that home; :func:`execute` sets it in the run's process)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,18 @@ def small_job() -> dg.JobDefinition:
     return _job("scale_small", SMALL_KEYS)
 
 
-def execute(job_name: str, partition_key: str) -> tuple[bool, list[int], list[str]]:
-    """Run one job for one partition on the home's executor (in a process of its own); success, step pids, errors."""
+def _use_home(home: str | None) -> None:
+    """A run process kept for several tests runs each run for the home it is given."""
+    if home is not None:
+        os.environ["NOISYCAL_HOME"] = home
+
+
+def execute(job_name: str, partition_key: str, home: str | None = None) -> tuple[bool, list[int], list[str]]:
+    """Run one job for one partition on the executor of ``home`` (default ``$NOISYCAL_HOME``), in a process of its
+    own; success, step pids, errors."""
     from orchestration.runner import instance_for
 
+    _use_home(home)
     recon = dg.reconstructable(globals()[job_name])
     instance = instance_for(os.environ["NOISYCAL_HOME"])
     with dg.execute_job(recon, instance, tags={"dagster/partition": partition_key}, raise_on_error=False) as res:
@@ -63,11 +72,14 @@ def execute(job_name: str, partition_key: str) -> tuple[bool, list[int], list[st
         return res.success, pids, [str(e.message) for e in res.all_events if e.is_step_failure]
 
 
-def execute_selected(job_name: str, names: list[str], partition_key: str) -> tuple[bool, list[int], list[str], str]:
+def execute_selected(
+    job_name: str, names: list[str], partition_key: str, home: str | None = None
+) -> tuple[bool, list[int], list[str], str]:
     """:func:`execute` of the assets ``names`` only (an asset selection on the run, as the UI and the daemon
     launch runs of a code location's asset job); also the run id."""
     from orchestration.runner import instance_for
 
+    _use_home(home)
     recon = dg.reconstructable(globals()[job_name])
     instance = instance_for(os.environ["NOISYCAL_HOME"])
     with dg.execute_job(

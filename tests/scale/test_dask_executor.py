@@ -1,7 +1,13 @@
 """The dask executor (settings ``"executor": "dask"``) on a ``distributed.LocalCluster`` of two worker processes
 started here: calibration for two model versions and cleaning for one dataset run as Dask tasks, and every
 warehouse table equals the one an in-process run of the same inputs writes (exactly for integer and text
-columns, 1e-12 for floats: the steps run the same code on the same inputs, only in other processes)."""
+columns, 1e-12 for floats: the steps run the same code on the same inputs, only in other processes).
+
+What the tests share, none of it part of what a test proves: the processes that runs are launched from
+(``run_processes``: two, kept for the module, where each run had a process started and the code location
+imported for it), the one-worker cluster of the two tests that need one (``one_worker``: its worker is pointed
+at each test's home before the test's first task; its statistics are read as differences), and Dask's
+background rates for the module (``QUIET_DASK``)."""
 
 from __future__ import annotations
 
@@ -33,7 +39,59 @@ from resources.executor import (
 from resources.settings import SettingsResource
 from tests.scale import jobs
 
+dask = pytest.importorskip("dask")
 distributed = pytest.importorskip("distributed")
+
+#: Dask's background work while the clusters wait (2-core box, one idle worker: 1.4 CPU s per 30 s in the worker
+#: and 1.6 in the test process (scheduler, nanny, client) with the defaults, 0.15 and 0.3 with these): the worker's
+#: statistical profiler off, event-loop ticks, system and memory monitors once a second or less. Monitoring only:
+#: no task, key or result depends on it. Worker processes get the test process's config from their nanny, the run
+#: processes through ``run_processes``' initializer.
+QUIET_DASK = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _quiet_dask():
+    with dask.config.set(QUIET_DASK):
+        yield
+
+
+RUN_PROCESSES = 2
+
+
+@pytest.fixture(scope="module")
+def run_processes():
+    """Two spawned processes, each running one run at a time (like runs the daemon launches, in processes of
+    their own): two runs at once use both. Kept for the module (each import of the code location and of Dask in
+    a fresh process cost about 5 CPU s); a run gets its home as an argument (``jobs.execute``)."""
+    spawn = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(
+        RUN_PROCESSES, mp_context=spawn, initializer=dask.config.set, initargs=(QUIET_DASK,)
+    ) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def one_worker():
+    """A client of a ``LocalCluster`` of one single-threaded worker process, for the tests that need one worker
+    (started once: a worker process and its imports cost about 5 CPU s). Tests point it at their home
+    (:func:`_point_at`) and read its :func:`worker_stats` as differences."""
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+def _point_at(client, home) -> None:
+    """Set ``$NOISYCAL_HOME`` in the cluster's workers, as a worker started in the test would have inherited it.
+    A lambda, pickled by value: the worker imports no test module (nor the code location) for it."""
+    path = str(home)
+    client.run(lambda: os.environ.__setitem__("NOISYCAL_HOME", path))
 
 DATASET = "digits_tiny"
 VERSIONS = ["v1", "v2"]
@@ -104,10 +162,14 @@ def assert_same_tables(got: dict[str, pl.DataFrame], want: dict[str, pl.DataFram
                 assert x.to_list() == y.to_list(), f"{name}.{col}"
 
 
-def _single_threaded():
+def _single_threaded(torch_too: bool = True):
     """The in-process reference with one BLAS / torch thread, like the single-threaded Dask workers."""
-    import torch
     from threadpoolctl import threadpool_limits
+
+    if not torch_too:
+        limits = threadpool_limits(1)
+        return limits.unregister
+    import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -119,7 +181,10 @@ def _in_process(home, plan: list[tuple[list[str], list[str]]]) -> None:
     from definitions import build_definitions
 
     defs = build_definitions(home)
-    restore = _single_threaded()
+    # torch (about 3 CPU s to import) is limited when loaded or when the plan has cleaning steps (the encoder, the
+    # embeddings); a plan without them must not load it, which is checked after the runs
+    torch_too = "torch" in sys.modules or any(n.startswith("cleaning/") for names, _ in plan for n in names)
+    restore = _single_threaded(torch_too)
     try:
         for names, partitions in plan:
             for pk in partitions:
@@ -134,6 +199,7 @@ def _in_process(home, plan: list[tuple[list[str], list[str]]]) -> None:
                 assert result.success, [e.message for e in result.all_events if e.is_step_failure]
     finally:
         restore()
+    assert torch_too or "torch" not in sys.modules, "a step of the plan loaded torch: limit its threads too"
 
 
 def test_settings_choose_the_executor():
@@ -149,7 +215,7 @@ def test_settings_choose_the_executor():
 
 
 @pytest.mark.slow
-def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path, monkeypatch):
+def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path, monkeypatch, run_processes):
     """Two model versions at once (two runs sharing the cluster), then the cleaning chain of one dataset."""
     ref, home = tmp_path / "ref", tmp_path / "dask"
     _inputs(ref, TINY)
@@ -160,7 +226,7 @@ def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        results = _concurrent_runs("calibration_job", VERSIONS)  # two model versions at the same time
+        results = _concurrent_runs(run_processes, home, "calibration_job", VERSIONS)  # two versions at once
         results[DATASET] = jobs.execute("cleaning_job", DATASET)
     for pk, (ok, _, failures) in results.items():
         assert ok, (pk, failures)
@@ -169,19 +235,18 @@ def test_dask_cluster_runs_partitions_on_workers_and_matches_in_process(tmp_path
     assert_same_tables(_tables(home), _tables(ref))
 
 
-def _concurrent_runs(job: str, versions: list[str]) -> dict[str, tuple[bool, list[int], list[str]]]:
-    """One run per version, all at once, each from a process of its own (like runs the daemon launches)."""
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(len(versions), mp_context=spawn) as pool:
-        runs = {v: pool.submit(jobs.execute, job, v) for v in versions}
-        return {v: f.result(timeout=600) for v, f in runs.items()}
+def _concurrent_runs(pool, home, job: str, versions: list[str]) -> dict[str, tuple[bool, list[int], list[str]]]:
+    """One run per version, all at once (at most two), each from a process of its own (``run_processes``)."""
+    assert len(versions) <= RUN_PROCESSES
+    runs = {v: pool.submit(jobs.execute, job, v, str(home)) for v in versions}
+    return {v: f.result(timeout=600) for v, f in runs.items()}
 
 
 # It passes in 17–27 s. It once took minutes in backgrounded suites: workers that inherited an ignored SIGTERM
 # waited 2 × 30 s per step for Dagster's log followers (fixed by orchestration.signals.heed_interrupts in
 # tests/conftest.py). The timeout stays as a guard: fail with a stack dump instead of holding the suite.
 @pytest.mark.timeout(300)
-def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypatch):
+def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypatch, run_processes):
     """Default-suite version: the raw and staging steps of two model versions, two runs at once on one
     two-worker LocalCluster (runs of one job must not share Dask task keys), equal to in-process runs."""
     ref, home = tmp_path / "ref", tmp_path / "dask"
@@ -192,7 +257,7 @@ def test_dask_cluster_two_partitions_at_once_match_in_process(tmp_path, monkeypa
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        results = _concurrent_runs("small_job", VERSIONS)
+        results = _concurrent_runs(run_processes, home, "small_job", VERSIONS)
     for pk, (ok, pids, failures) in results.items():
         assert ok and pids and os.getpid() not in pids, (pk, failures)
     assert_same_tables(_tables(home), _tables(ref))
@@ -216,7 +281,7 @@ def test_service_cluster_is_found_only_while_its_process_lives(tmp_path):
 
 @pytest.mark.slow  # 30-90 s: a two-worker cluster, two runs from processes of their own, a tiny encoder
 @pytest.mark.timeout(400)
-def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, monkeypatch):
+def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, monkeypatch, run_processes):
     """Settings name the dask executor without a scheduler; a live service cluster is recorded for the home
     (what `noisycal serve` does). A run with a step that needs the cluster (encoder training, ``compute`` pool)
     runs every step on that cluster's two worker processes, which were started before the run (a run's own
@@ -231,10 +296,12 @@ def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, 
         record_service_cluster(home, cluster.scheduler_address, os.getpid())
         workers = set(client.run(os.getpid).values())
         assert len(workers) == 2
-        ok, cluster_pids, failures, _ = _selected_run("cleaning_job", ["raw/images", "cleaning/ssl_encoder"], DATASET)
+        ok, cluster_pids, failures, _ = _selected_run(
+            run_processes, home, "cleaning_job", ["raw/images", "cleaning/ssl_encoder"], DATASET
+        )
         assert ok and cluster_pids, failures
         assert set(cluster_pids) <= workers, (cluster_pids, workers)
-        ok, pids, failures = _concurrent_runs("small_job", ["v1"])["v1"]
+        ok, pids, failures = _concurrent_runs(run_processes, home, "small_job", ["v1"])["v1"]
         assert ok and pids, failures
         assert len(set(pids)) == 1 and not set(pids) & workers  # the run's own process
         assert set(client.run(os.getpid).values()) == workers  # the same two processes: none restarted
@@ -242,28 +309,31 @@ def test_runs_reuse_the_service_cluster_instead_of_starting_their_own(tmp_path, 
         assert tasks == len(cluster_pids)  # one task per step of the first run; none of the second
 
 
-def _selected_run(job: str, names: list[str], version: str) -> tuple[bool, list[int], list[str], str]:
-    spawn = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:
-        return pool.submit(jobs.execute_selected, job, names, version).result(timeout=600)
+def _selected_run(pool, home, job: str, names: list[str], version: str) -> tuple[bool, list[int], list[str], str]:
+    return pool.submit(jobs.execute_selected, job, names, version, str(home)).result(timeout=600)
 
 
 @pytest.mark.timeout(300)
-def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(tmp_path, monkeypatch):
+def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(
+    tmp_path, monkeypatch, run_processes, one_worker
+):
     """Two runs of an asset subset on a one-worker cluster: every step is a task on that worker, which imports
     the code location's module once (its first task) and opens the instance once, however many tasks it runs;
     and each task executes the run's own asset subset: the checks evaluated are those of the selected assets
     (dagster-dask re-subset the job by op selection, dropping the assets, and a multi-check step then evaluated
-    the checks of every asset in the job)."""
+    the checks of every asset in the job). The worker is the module's (``one_worker``): its counts are taken
+    before and after the runs, and the code location's loads over its whole life (the chain test's job is in
+    the same module)."""
     home = tmp_path / "dask"
     monkeypatch.setenv("NOISYCAL_HOME", str(home))
     selected = ["raw/predictions", "staging/stg_scored_items"]  # of the calibration job's many assets
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster, distributed.Client(cluster) as client:
-        _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": cluster.scheduler_address})
-        runs = [_selected_run("calibration_job", selected, v) for v in VERSIONS]
-        (stats,) = client.run(worker_stats).values()
+    client = one_worker
+    _point_at(client, home)
+    (before,) = client.run(worker_stats).values()
+    _inputs(home, {**TINY, "executor": "dask", "dask_scheduler": client.scheduler.address})
+    runs = [_selected_run(run_processes, home, "calibration_job", selected, v) for v in VERSIONS]
+    (after,) = client.run(worker_stats).values()
+    stats = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     for ok, pids, failures, _ in runs:
         assert ok and pids, failures
     instance = instance_for(home)
@@ -271,7 +341,7 @@ def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(tmp
     n_tasks = sum(len(s) for s in steps.values())
     assert n_tasks >= 2 * len(selected)
     assert stats["tasks"] == n_tasks
-    assert stats["code_location_loads"] == 1  # tests.scale.jobs, imported by the worker's first task only
+    assert after["code_location_loads"] == 1  # tests.scale.jobs, imported by the worker's first task only
     assert stats["instances_opened"] == 1
     checked = {
         e.dagster_event.event_specific_data.asset_key
@@ -283,7 +353,7 @@ def test_a_worker_opens_the_code_location_and_the_instance_once_not_per_task(tmp
 
 
 @pytest.mark.timeout(300)
-def test_a_step_whose_upstream_failed_is_not_executed(tmp_path, monkeypatch):
+def test_a_step_whose_upstream_failed_is_not_executed(tmp_path, monkeypatch, one_worker):
     """A chain of three assets on a one-worker cluster, run twice: the first run succeeds; in the second the first
     asset fails. Its two downstream steps must not run: the second would otherwise read the first run's value of
     the failed asset (still in the IO manager's storage) and materialise a new version from stale data, as
@@ -291,21 +361,19 @@ def test_a_step_whose_upstream_failed_is_not_executed(tmp_path, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("NOISYCAL_HOME", str(home))
-    with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
-    ) as cluster:
-        monkeypatch.setenv("NOISYCAL_DASK_SCHEDULER", cluster.scheduler_address)
-        (home / "dagster").mkdir()
-        instance = dg.DagsterInstance.local_temp(str(home / "dagster"))
-        recon = dg.reconstructable(jobs.chain_job)
-        with dg.execute_job(recon, instance, raise_on_error=False) as first:
-            assert first.success
-        (home / jobs.BREAK_UPSTREAM).touch()
-        with dg.execute_job(recon, instance, raise_on_error=False) as second:
-            assert not second.success
-            started = {e.step_key for e in second.all_events if e.event_type == dg.DagsterEventType.STEP_START}
-            failed = {e.step_key for e in second.all_events if e.is_step_failure}
-            logs = [e.user_message for e in instance.all_logs(second.run_id)]
+    _point_at(one_worker, home)
+    monkeypatch.setenv("NOISYCAL_DASK_SCHEDULER", one_worker.scheduler.address)
+    (home / "dagster").mkdir()
+    instance = dg.DagsterInstance.local_temp(str(home / "dagster"))
+    recon = dg.reconstructable(jobs.chain_job)
+    with dg.execute_job(recon, instance, raise_on_error=False) as first:
+        assert first.success
+    (home / jobs.BREAK_UPSTREAM).touch()
+    with dg.execute_job(recon, instance, raise_on_error=False) as second:
+        assert not second.success
+        started = {e.step_key for e in second.all_events if e.event_type == dg.DagsterEventType.STEP_START}
+        failed = {e.step_key for e in second.all_events if e.is_step_failure}
+        logs = [e.user_message for e in instance.all_logs(second.run_id)]
     assert started == failed == {"upstream"}
     assert (home / "downstream_inputs.txt").read_text() == "1\n"  # downstream ran in the first run only
     assert any("Not executing" in m and "'upstream'" in m for m in logs)
