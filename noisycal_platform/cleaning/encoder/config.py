@@ -17,10 +17,10 @@ NATIVE_SIZE: dict[str, int] = {"efficientnet-lite0": 224, "efficientnet-lite1": 
 #: tuning half (benchmarks/bench_ham10000_tune.py, "Input size", 2026-12-07) with SIFT at half size, F 96, k 5: the
 #: smallest of 160/144/128/112 px whose recall@501 of the half's same-lesion pairs (0.2987 against 0.2999 at 160 px)
 #: stays within 0.005, whose audited count holds (10 of 12) and whose label-error ranking finds planted flips as
-#: well (AUROC 0.949 against 0.952; 144 and 128 px fell below: 0.941, 0.932); 0.56× the forward pass's CPU
-#: seconds of 160 px. Before, with k = 10 and full-size SIFT, 160 px had matched 224 px and 128 px had lost 4
-#: points (benchmarks/bench_ham10000.py). Lite1/2: their native size (not measured). ``load_pretrained`` without
-#: ``image_size`` always uses the native size.
+#: well (AUROC 0.949 against 0.952; 144 and 128 px fell below: 0.941, 0.932); the embedding (decode + forward
+#: pass) took 0.56× the CPU seconds of 160 px. Before, with k = 10 and full-size SIFT, 160 px had matched 224 px
+#: and 128 px had lost 4 points (benchmarks/bench_ham10000.py). Lite1/2: their native size (not measured).
+#: ``load_pretrained`` without ``image_size`` always uses the native size.
 REAL_DATA_SIZE: dict[str, int] = {**NATIVE_SIZE, "efficientnet-lite0": 112}
 
 # Fields that select hardware / threading only; they are left out of config_hash.
