@@ -71,6 +71,8 @@ TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 # The same box ran slower later that morning: at 06:16-06:53, fresh worktrees, nothing else running, 1,353 tests
 # took 561 s (first run) and 575 s (second run; 801 user + 85 sys s), the tree of 04:50 (1,346 tests) 745 s
 # (976 + 93 s) in its first run: the compiled calibration refits and null draw, the web tool's kept replays.
+# 2026-12-07 19:36, a clean worktree of 1cd705a (leaner automation and Dask executor tests), second run, load
+# 2.6 at the start: 1,378 tests in 507 s of pytest (704 user + 77 sys s); at 17:16 (43cc4fb) 556 s (799 + 83 s).
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
 #   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; \
