@@ -114,13 +114,14 @@ def test_two_annotators_answer_200_each_in_parallel_nothing_lost_or_twice(tmp_pa
     errors: list[str] = []
 
     def walk(c: TestClient, answer: str) -> None:
-        for _ in range(n):
-            f = form_fields(c.get(Q).text)
-            if int(f["position"]) >= n:
-                return
-            r = c.post(Q + "/answer", data={**f, "answer": answer}, follow_redirects=False)
-            if r.status_code not in (303, 409):  # 409: the other tab answered it first
-                errors.append(f"{r.status_code} {r.text[:200]}")
+        with c:  # one event-loop portal for the tab's requests (outside `with`, starlette starts one per request)
+            for _ in range(n):
+                f = form_fields(c.get(Q).text)
+                if int(f["position"]) >= n:
+                    return
+                r = c.post(Q + "/answer", data={**f, "answer": answer}, follow_redirects=False)
+                if r.status_code not in (303, 409):  # 409: the other tab answered it first
+                    errors.append(f"{r.status_code} {r.text[:200]}")
 
     threads = [threading.Thread(target=walk, args=(c, "yes" if name == "e1" else "no"))
                for name, tabs in clients.items() for c in tabs]
