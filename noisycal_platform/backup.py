@@ -40,7 +40,7 @@ __all__ = [
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 #: Never copied: locks, the holder note, temp files of atomic writes, the read-only query snapshot (rebuilt).
-_SKIP_NAMES = {"runner.lock", "runner.holder", ".ingest.lock"}
+_SKIP_NAMES = {"runner.lock", "runner.holder", "instance.lock", ".ingest.lock"}
 _SKIP_DIRS = {"snapshot"}
 
 

@@ -13,6 +13,7 @@
   and the pool slots held by finished runs are released with the event-log storage's
   ``free_concurrency_slots_for_run`` (what Dagster's run-monitoring daemon and the UI's "free concurrency
   slots" action call). Each recovery is appended to ``dagster/recovered.jsonl`` for ``noisycal status``.
+- ``instance_for``: the instance, its storages opened (created, on a new home) by one process at a time.
 - ``home_lock``: one in-process runner per home at a time (an ``flock`` the kernel drops when the holder
   dies), waited for with a bound and a clear message, interruptible by SIGINT/SIGTERM.
 """
@@ -217,9 +218,24 @@ def dagster_home(home: str | Path) -> Path:
     return write_dagster_yaml(layout.home / "dagster", load_settings(layout.home))
 
 
+#: the ``flock`` that ``instance_for`` holds while Dagster opens (on a new home: creates) the instance storages
+INSTANCE_LOCK_NAME = "instance.lock"
+
+
 def instance_for(home: str | Path) -> dg.DagsterInstance:
-    """A persistent instance under ``$NOISYCAL_HOME/dagster`` (runs, partitions and cursors survive)."""
-    return dg.DagsterInstance.from_config(str(dagster_home(home)))
+    """A persistent instance under ``$NOISYCAL_HOME/dagster`` (runs, partitions and cursors survive).
+
+    Opened under an ``flock`` on ``dagster/instance.lock``: Dagster's SQLite storages create their tables on first
+    open with no guard against another process doing the same, so two commands started at once on a new home
+    failed with "table secondary_indexes already exists" (or "runs") in one of them. Held only while the storages
+    are opened (the kernel drops it if the holder dies)."""
+    dh = dagster_home(home)
+    fd = os.open(dh / INSTANCE_LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return dg.DagsterInstance.from_config(str(dh))
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock
 
 
 # ------------------------------------------------------------------------------------------ process identity

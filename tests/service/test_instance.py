@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import dagster as dg
@@ -174,3 +175,44 @@ def test_beside_a_live_daemon_tick_leaves_it_to_the_daemon_and_materialize_needs
     with pytest.raises(QueueUnavailable, match="a dagster-daemon is running for this home"):
         materialize_everything(home, defs=dg.Definitions(assets=[one]))
     assert instance.get_run_records() == []
+
+
+
+def _open_and_write_at_barrier(home: str, barrier, report: str) -> None:
+    """A forked child: wait for the others, open the home's instance (creating its storages), write a run; any
+    error goes to ``report`` and exit status 1."""
+    status = 1
+    try:
+        barrier.wait(timeout=60)
+        instance = instance_for(home)
+        instance.add_run(dg.DagsterRun(job_name="probe", run_id=str(uuid.uuid4())))
+        instance.dispose()
+        status = 0
+    except Exception as exc:
+        Path(report).write_text(f"{type(exc).__name__}: {str(exc)[:300]}")
+    finally:
+        os._exit(status)
+
+
+def test_processes_opening_a_new_home_at_once_all_succeed(tmp_path):
+    """Dagster's SQLite storages create their tables on first open, unguarded: without `instance_for`'s lock,
+    processes released together on a new home failed (table ... already exists) in most of these homes."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")  # dagster already imported: the children start at once
+    n_homes, n_procs = 6, 4
+    for h in range(n_homes):
+        home = tmp_path / f"home{h}"
+        dagster_home(home)  # the dagster.yaml (atomic) first; the storages are created by the racing children
+        barrier = ctx.Barrier(n_procs)
+        reports = [tmp_path / f"home{h}-{i}.err" for i in range(n_procs)]
+        procs = [ctx.Process(target=_open_and_write_at_barrier, args=(str(home), barrier, str(r))) for r in reports]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        errors = [r.read_text() for r in reports if r.exists()]
+        assert errors == [] and [p.exitcode for p in procs] == [0] * n_procs, f"home {h}: {errors}"
+        instance = instance_for(home)
+        assert len(instance.get_run_records()) == n_procs  # every process's run is there
+        instance.dispose()
