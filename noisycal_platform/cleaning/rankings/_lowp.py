@@ -63,7 +63,7 @@ def _cpu_has_int8_units() -> bool:
 def int8_products_fast() -> bool:
     """Whether ``torch._int_mm`` beats a float32 GEMM here: only with int8 dot-product units (``INT8_GEMM``
     overrides). Without them the rankings keep the int8 screening values but compute them by exact float32
-    GEMMs (``Int8Rows.gemm``), and the MST uses its float32 path (``_mst.exact_mst``)."""
+    GEMMs (``Int8Rows.gemm``). The MST (``_mst.exact_mst``) uses float32 products on every CPU."""
     return _cpu_has_int8_units() if INT8_GEMM is None else bool(INT8_GEMM)
 
 

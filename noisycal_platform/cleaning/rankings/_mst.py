@@ -7,7 +7,7 @@ offers an exact, GEMM-blocked MST.
 
 Borůvka with certified neighbour lists:
 
-0. Block order (``_Blocks``, float32 path): every point goes to its most similar of ~N/64 pivots (evenly
+0. Block order (``_Blocks``): every point goes to its most similar of ~N/64 pivots (evenly
    spaced rows, themselves grouped by ~sqrt of them), the points are sorted by pivot, and cut into blocks
    of 64 consecutive points, so that near points share few blocks.
 1. One exact k-NN pass (k = 8; ``_first_lists``: upper-triangle float32 GEMM tiles in block order, each
@@ -23,10 +23,13 @@ Borůvka with certified neighbour lists:
    edge, but only after every uncertified member whose lower bound could still beat (or tie) it has
    been rescanned exactly (``_rescan_exact``: float32 GEMM against the points outside its
    component, near-ties of the row maximum re-evaluated in float64; the result is a one-entry list
-   whose distance becomes the new lower bound once that neighbour is absorbed). On the float32 path
-   (``_rescan_blocks``) a rescan reads only the blocks whose first-pass maximum comes within the
+   whose distance becomes the new lower bound once that neighbour is absorbed). A rescan
+   (``_rescan_blocks``) reads only the blocks whose first-pass maximum comes within the
    margin of the best maximum of a block wholly outside the row's component (a point attains it), about
-   10 blocks of 64 instead of all N points on clustered data; same result, same ties. A component
+   10 blocks of 64 instead of all N points on clustered data; same result, same ties (rescans that would
+   read more than half of all row × point products go to ``_rescan_exact``). The MST uses float32 products
+   only: the int8 screening of the neighbour rankings (``_lowp``) was slower here even on a CPU with int8
+   dot-product units (figures at ``exact_mst``). A component
    holding more than half of the points is skipped while it would need rescans: any component's
    lightest outgoing edge is an MST edge (cut property), so correctness only needs progress, which
    the others supply.
@@ -41,7 +44,6 @@ the number of threads.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 
@@ -51,14 +53,12 @@ from scipy.sparse.csgraph import connected_components
 from threadpoolctl import threadpool_limits
 
 from ._kernels import BLOCK_ELEMS, exact_dists, floor32, ordered_map, screen_margin
-from ._lowp import Int8Rows, int8_products_fast, single_thread_torch
 
 _TILE = 4096  # tile side (points) of the k-NN pass; columns per GEMM block in the rescans
 _STRIPS_PER_TILE = 8  # GEMM strip = _TILE // 8 = 512 rows (k-NN strip, rescan task): 8 MiB float32
 _GROUPS = 64  # group maxima per row for the first k-NN thresholds (at least 2 (k + 1) are used)
 _FLOOR = np.float32(-2.0)  # below every similarity of unit vectors (>= -1 - 1e-6)
 _PARALLEL_MIN = 1 << 24  # rescans with fewer row×column products run on the calling thread
-_SCREEN_MIN = 256  # rescans of more rows are first screened by their int8 outside maxima (``_screen_rows``)
 _BLOCK = 64  # points per column block of the block maxima (``_Blocks``; larger where N·N/_BLOCK would pass _BLOCK_MEM)
 _RESCAN_DENSE = 0.5  # block rescans reading more than this share of all row×point products use ``_rescan_exact``
 _STRIP_DENSE = 0.25  # k-NN strips whose blocks reaching a threshold cover more than this share: plain comparison
@@ -211,7 +211,6 @@ def _first_lists(
     k: int,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    lp: Int8Rows | None = None,
     blocks: _Blocks | None = None,
 ) -> None:
     """Round-1 lists: the k nearest points of every point, and lb from the (k+1)-th.
@@ -346,7 +345,7 @@ def _first_lists(
         if blocks is not None:
             _rescan_blocks(x, bad, np.arange(n), eps2, lists, blocks)
         else:
-            _rescan_exact(x, bad, np.arange(n), eps2, lists, lp)
+            _rescan_exact(x, bad, np.arange(n), eps2, lists)
 
 
 def _store_exact_nearest(
@@ -373,7 +372,6 @@ def _rescan_exact(
     comp: np.ndarray,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    lp: Int8Rows | None = None,
 ) -> None:
     """Exact nearest point outside its own component for ``rows`` (ties by index).
 
@@ -385,24 +383,12 @@ def _rescan_exact(
     at the end). The near-ties are re-evaluated in float64 and the smallest (d, j) is stored as a
     one-entry list with lb = its distance. Large rescans run on worker threads with a
     single-threaded BLAS each (``_kernels.ordered_map``); results are independent of their number.
-
-    With ``lp`` (``_lowp.Int8Rows`` of ``x``) the products are int8 screening products Q and the
-    near-ties are the columns with Q >= max Q - eps2·S² (``lp.eps2``: with the exact nearest w and the
-    arg-max q*, d(r, w) <= d(r, q*) gives ŝ(r, w) >= ŝ(r, q*) - 2 margin - δ), a wider band of
-    candidates for the same float64 re-evaluation, at several times the float32 GEMM rate.
     """
     nbr, nd, lb, exact0 = lists
     n = x.shape[0]
     perm = np.argsort(comp, kind="stable")
     xs = x[perm]
-    if lp is not None:
-        import torch
-
-        qs = lp.q[torch.from_numpy(perm.astype(np.int64))]
-        e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1
-        neg: float = float(np.iinfo(np.int32).min)
-    else:
-        neg = -np.inf
+    neg = -np.inf
     cs = comp[perm]
     seg_lo = np.searchsorted(cs, comp[rows], side="left")
     seg_hi = np.searchsorted(cs, comp[rows], side="right")
@@ -418,9 +404,9 @@ def _rescan_exact(
         """Exact nearest outside point (row, j, d) of the rows in strip ``a`` (runs in a worker)."""
         r_ = rows[a : a + h]
         lo_, hi_ = seg_lo[a : a + h], seg_hi[a : a + h]
-        xr = x[r_] if lp is None else lp.q[torch.from_numpy(r_.astype(np.int64))]
+        xr = x[r_]
         if not hasattr(local, "buf"):
-            local.buf = np.empty(h * w, np.float32 if lp is None else np.int32)
+            local.buf = np.empty(h * w, np.float32)
         starts = np.flatnonzero(np.r_[True, lo_[1:] != lo_[:-1]])
         one = starts.size == 1  # one component: compute only the outside columns
         spans = [(0, int(lo_[0])), (int(hi_[0]), n)] if one else [(0, n)]
@@ -433,11 +419,7 @@ def _rescan_exact(
             for c0 in range(c_lo, c_hi, w):
                 c1 = min(c0 + w, c_hi)
                 s = local.buf[: r_.size * (c1 - c0)].reshape(r_.size, c1 - c0)
-                if lp is None:
-                    np.matmul(xr, xs[c0:c1].T, out=s)
-                else:
-                    torch.set_num_threads(1)  # per worker thread; the caller restores the count
-                    torch._int_mm(xr, qs[c0:c1].T, out=torch.from_numpy(s))
+                np.matmul(xr, xs[c0:c1].T, out=s)
                 for u, v, lo, hi in runs:
                     if lo < c1 and hi > c0:
                         s[u:v, max(lo, c0) - c0 : min(hi, c1) - c0] = neg
@@ -445,7 +427,7 @@ def _rescan_exact(
                     np.copyto(s, neg, where=own == cs[None, c0:c1])
                 rm = s.max(axis=1)
                 np.maximum(m, rm, out=m)
-                thr = floor32(m.astype(np.float64) - eps2) if lp is None else m.astype(np.int64) - e2
+                thr = floor32(m.astype(np.float64) - eps2)
                 sel = np.flatnonzero((rm >= thr) & (rm > neg))
                 if sel.size:
                     sub = s[sel]
@@ -454,7 +436,7 @@ def _rescan_exact(
                     rec_c.append(c0 + flat % (c1 - c0))
                     rec_s.append(sub.ravel()[flat])
         rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
-        keep = sv >= (floor32(m[rr].astype(np.float64) - eps2) if lp is None else m[rr].astype(np.int64) - e2)
+        keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
         rr, cc = rr[keep], perm[cc[keep]]
         dd = exact_dists(x, r_[rr], cc)
         oo = np.lexsort((cc, dd, rr))
@@ -463,7 +445,7 @@ def _rescan_exact(
         sel = oo[first]
         return r_[rr[sel]], cc[sel], dd[sel]
 
-    with single_thread_torch() if lp is not None else contextlib.nullcontext(), ordered_map(parallel) as pmap:
+    with ordered_map(parallel) as pmap:
         for rb, cb, db in pmap(nearest, range(0, rows.size, h)):
             _store_exact_nearest(nbr, nd, lb, exact0, rb, cb, db)
 
@@ -548,62 +530,6 @@ def _rescan_blocks(
     _store_exact_nearest(nbr, nd, lb, exact0, rows[rr[sel]], cc[sel], dd[sel])
 
 
-def _screen_rows(
-    x: np.ndarray, rows: np.ndarray, comp: np.ndarray, n_comp: int, lp: Int8Rows, lb: np.ndarray
-) -> np.ndarray:
-    """The ``rows`` whose exact nearest outside point can be their component's lightest outgoing edge.
-
-    One int8 pass (``_lowp``) gives each row r its largest screening product M_r over the points outside its
-    component. With T the largest M_r of the component's rows, a row with M_r < T - eps2·S² has, for every
-    outside q, s(r, q) <= M_r / S² + margin < s(r*, q*) - 2 δ (r* the row attaining T, q* its best partner;
-    eps2 = 2 margin + 2 δ + 1e-12), hence d(r, q) > d(r*, q*): it cannot hold the component's lightest edge,
-    which r*'s exact rescan bounds. Those rows are not rescanned; their lower bound rises to
-    (1 - δ - M_r / S² - margin) / 2, valid for every point outside the component (an outside set only
-    shrinks). Returns the rows to rescan exactly.
-    """
-    import torch
-
-    n = x.shape[0]
-    perm = np.argsort(comp, kind="stable")
-    cs = comp[perm]
-    qs = lp.q[torch.from_numpy(perm.astype(np.int64))]
-    o = np.argsort(comp[rows], kind="stable")
-    rows = rows[o]
-    h = max(1, _TILE // _STRIPS_PER_TILE)
-    w = min(_TILE, n)
-    neg = np.iinfo(np.int32).min
-    local = threading.local()
-
-    def outside_max(a: int) -> np.ndarray:
-        r_ = rows[a : a + h]
-        qr = lp.q[torch.from_numpy(r_.astype(np.int64))]
-        own = comp[r_][:, None]
-        if not hasattr(local, "buf"):
-            local.buf = np.empty(h * w, np.int32)
-        m = np.full(r_.size, neg, np.int32)
-        for c0 in range(0, n, w):
-            c1 = min(c0 + w, n)
-            s = local.buf[: r_.size * (c1 - c0)].reshape(r_.size, c1 - c0)
-            torch.set_num_threads(1)  # per worker thread; the caller restores the count
-            torch._int_mm(qr, qs[c0:c1].T, out=torch.from_numpy(s))
-            np.copyto(s, neg, where=own == cs[None, c0:c1])  # the row's own component
-            np.maximum(m, s.max(axis=1), out=m)
-        return m
-
-    with single_thread_torch(), ordered_map(rows.size * n >= _PARALLEL_MIN) as pmap:
-        mq = np.concatenate(list(pmap(outside_max, range(0, rows.size, h)))).astype(np.int64)
-    top = np.full(n_comp, np.iinfo(np.int64).min, np.int64)
-    np.maximum.at(top, comp[rows], mq)
-    e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1
-    keep = mq >= top[comp[rows]] - e2
-    rest, mr = rows[~keep], mq[~keep]
-    if rest.size:
-        dev = (lp.eps2 - 2.0 * lp.margin) / 2.0  # δ (and a little more): max |‖x‖² - 1|
-        bound = (1.0 - dev - (mr / lp.scale2 + lp.margin)) * 0.5
-        lb[rest] = np.maximum(lb[rest], bound)
-    return np.sort(rows[keep])
-
-
 def _best_per_component(
     ci: np.ndarray, cand_j: np.ndarray, cand_d: np.ndarray, comp: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -622,7 +548,7 @@ def _best_per_component(
 def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats."""
     n = x.shape[0]
-    stats: dict = {"rounds": 0, "rescanned": [], "screened": []}
+    stats: dict = {"rounds": 0, "rescanned": []}
     if n == 1:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64), stats
     eps2 = screen_margin(x)
@@ -632,12 +558,11 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
     lb = np.empty(n, np.float64)
     exact0 = np.zeros(n, bool)  # entry 0 is the exact nearest outside point (near-tie fallback)
     lists = (nbr, nd, lb, exact0)
-    # int8 screening products for the exact rescans (``_rescan_exact``) where int8 GEMMs are fast; without
-    # int8 units the float32 products of x are as fast and their margin is tighter (and the outside-maxima
-    # screening would cost a full GEMM of its own)
-    lp = Int8Rows(x) if int8_products_fast() else None
-    blocks = _Blocks(x) if lp is None else None
-    _first_lists(x, k, eps2, lists, lp, blocks)
+    # float32 block order and block maxima on every CPU: on an AVX-512 VNNI Xeon (2026-12-07, seed-1 data of
+    # bench_rankings) they beat the former int8 screening + int8 rescans there too, 0.85 against 1.2 s at
+    # N = 20,000, 3.0 against 4.8 s at 50,000, 15.6 against 17.2 s at 100,000 (D = 192, the same tree)
+    blocks = _Blocks(x)
+    _first_lists(x, k, eps2, lists, blocks)
 
     ei: list[np.ndarray] = []
     ej: list[np.ndarray] = []
@@ -669,16 +594,9 @@ def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.nda
             skip[giant[0]] = True
             need &= comp != giant[0]
         rows = np.flatnonzero(need)
-        # keep only rows that can hold their component's lightest outgoing edge (int8 products only)
-        if lp is not None and rows.size > _SCREEN_MIN:
-            rows = _screen_rows(x, rows, comp, n_comp, lp, lb)
-            stats["screened"].append(int(need.sum()))
         stats["rescanned"].append(int(rows.size))
         if rows.size:
-            if blocks is not None:
-                _rescan_blocks(x, rows, comp, eps2, lists, blocks)
-            else:
-                _rescan_exact(x, rows, comp, eps2, lists, lp)
+            _rescan_blocks(x, rows, comp, eps2, lists, blocks)
             cand_j[rows] = nbr[rows, 0]
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True

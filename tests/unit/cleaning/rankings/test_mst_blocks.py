@@ -51,7 +51,7 @@ def first_pass(x: np.ndarray, k: int = 8) -> tuple[tuple, _mst._Blocks, float]:
     lists = (np.empty((n, k), np.int64), np.empty((n, k)), np.empty(n), np.zeros(n, bool))
     blocks = _mst._Blocks(x)
     eps2 = screen_margin(x)
-    _mst._first_lists(x, k, eps2, lists, None, blocks)
+    _mst._first_lists(x, k, eps2, lists, blocks)
     return lists, blocks, eps2
 
 
