@@ -73,6 +73,10 @@ TEST_ENV = PYTHONDONTWRITEBYTECODE= $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 # (976 + 93 s) in its first run: the compiled calibration refits and null draw, the web tool's kept replays.
 # 2026-12-07 19:36, a clean worktree of 1cd705a (leaner automation and Dask executor tests), second run, load
 # 2.6 at the start: 1,378 tests in 507 s of pytest (704 user + 77 sys s); at 17:16 (43cc4fb) 556 s (799 + 83 s).
+# 2026-12-07 20:43-20:52, another machine (Intel Xeon with AVX-512, 2 cores): a clean worktree of 0a42806, first
+# run 188 s of pytest (283 user + 20 sys s; one test failed on its tolerance, fixed in 6e232ef), then 6e232ef 181 s
+# (249 + 17 s); at 21:22 a fresh clone of 87a964a (the newcomer row of `make bench`) 178 s, 1,379 tests. The same
+# suite takes about 2.5 times as long on the AMD EPYC box above.
 # Timed on a quiet box (issues 22 and 23; the second run is the warm one, the first writes the bytecode caches):
 #   make venv && uptime && env CI=true PYTEST_ADDOPTS=--durations=30 /usr/bin/time -f '%e s wall %U user %S sys' make test
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); if [ $$n -gt 4 ]; then n=4; fi; \
