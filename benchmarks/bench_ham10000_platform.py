@@ -109,9 +109,10 @@ Issue 22 item 1, 2026-12-07 (branch ham22e), four cuts; the first three give the
 (1) with rerank the DINO kind's plain top-k pairs, which the verified ranking replaces, are no longer computed
 (7.7 CPU s on all images); (2) ``verify_pairs`` runs on one torch thread: torch's OpenMP pool spin-waited between
 its many small ops (2,000 images at load 2.3: 15.0 → 3.2 CPU s; on a quieter box 4.3 → 2.6); (3) without int8
-units the rankings screen with the float32 rows (``_lowp.Float32Rows``): the int8 margin on the 832-column
-baseline was 0.207, so 3.6 million pairs were re-evaluated in float64 (all 10,015 images: baseline near-duplicates
-15.5 → 4.6 CPU s, label errors 6.5 → 2.1 and 7.1 → 2.9); (4) the result-changing one, by the rule stated in
+units the rankings screen with the float32 rows (``_lowp.ScreenRows``; on every CPU since that evening): the int8
+margin on the 832-column baseline was 0.207, so 3.6 million pairs were re-evaluated in float64 (all 10,015
+images: baseline near-duplicates 15.5 → 4.6 CPU s, label errors 6.5 → 2.1 and 7.1 → 2.9); (4) the
+result-changing one, by the rule stated in
 ``bench_ham10000_tune.py`` before its grid: SIFT at half size with 96 keypoints (``VERIFY_SCALE``,
 ``verify.SIFT_FEATURES``; whole set recall@1000 0.296, 15 of 20 audited, recall@3207 0.307 against 0.323;
 evaluation half recall@499 0.3019, 5 of 8). Tried and reverted: ONNX Runtime's ``session.set_denormal_as_zero``

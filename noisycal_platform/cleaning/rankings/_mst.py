@@ -27,9 +27,9 @@ Borůvka with certified neighbour lists:
    (``_rescan_blocks``) reads only the blocks whose first-pass maximum comes within the
    margin of the best maximum of a block wholly outside the row's component (a point attains it), about
    10 blocks of 64 instead of all N points on clustered data; same result, same ties (rescans that would
-   read more than half of all row × point products go to ``_rescan_exact``). The MST uses float32 products
-   only: the int8 screening of the neighbour rankings (``_lowp``) was slower here even on a CPU with int8
-   dot-product units (figures at ``exact_mst``). A component
+   read more than half of all row × point products go to ``_rescan_exact``). An int8 screening
+   with int8 rescans, used before where the CPU has int8 dot-product units, was slower there too (figures at
+   ``exact_mst``). A component
    holding more than half of the points is skipped while it would need rescans: any component's
    lightest outgoing edge is an MST edge (cut property), so correctness only needs progress, which
    the others supply.

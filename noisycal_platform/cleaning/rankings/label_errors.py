@@ -5,14 +5,14 @@ neighbour in O(N·D) memory; a k-NN library would need per-class indexes plus a 
 
 Scheme: samples are sorted by class and cut into class-aligned *micro-blocks* of
 ``_TILE // _MICRO_PER_TILE`` (64) points (only the last of a class is short); a tile is up to
-``_MICRO_PER_TILE`` consecutive micro-blocks of one class. Each upper-triangle tile pair is one int8
-screening product (``_lowp.Int8Rows``: exact int32 products of the quantised rows, within a rigorous
+``_MICRO_PER_TILE`` consecutive micro-blocks of one class. Each upper-triangle tile pair is one integer
+screening product (``_lowp.ScreenRows``: a float32 GEMM stored as int32, within a rigorous
 margin of the exact inner products) followed by two reductions, per-micro-block maxima along rows and
 along columns, folded into a running maximum per point and tracker (same label / other label). Only
 (point, micro-block, block max) triples within the screening margin of the running max are recorded;
 afterwards the recorded micro-blocks are recomputed in float32 for their points, and the partners within
 the float32 margin of each point's best recomputed value are evaluated exactly in float64 (``_kernels``).
-Tiles are spread over a few threads, each with a single-threaded BLAS / torch (``_kernels.ordered_map``).
+Tiles are spread over a few threads, each with a single-threaded BLAS (``_kernels.ordered_map``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ._kernels import (
     screen_margin,
     sim_error_bound,
 )
-from ._lowp import Int8Rows, screen_rows, single_thread_torch
+from ._lowp import ScreenRows, screen_rows
 from .types import Ranking
 
 __all__ = ["label_error_scores", "rank_label_errors", "ratio_scores"]
@@ -97,10 +97,10 @@ def _block_maxima(s: np.ndarray, micro: int, cols: bool) -> tuple[np.ndarray, np
 class _Nearest:
     """Nearest partner of one kind (same or other label) per point, by micro-block records.
 
-    Exactness. The first pass sees int8 screening products Q (``_lowp``), ŝ = Q / S² within ``margin``
+    Exactness. The first pass sees integer screening products Q (``_lowp``), ŝ = Q / S² within ``margin``
     of the exact similarity s. Let w be the exact nearest partner of p and q* the partner with the largest
     ŝ, val[p] = ŝ(p, q*). Then s(p, q*) >= val[p] - margin, d(p, w) <= d(p, q*) gives s(p, w) >= s(p, q*)
-    - δ (δ = max |‖x‖² - 1|), so ŝ(p, w) >= val[p] - eps2 (eps2 = ``Int8Rows.eps2`` = 2 margin + 2 δ).
+    - δ (δ = max |‖x‖² - 1|), so ŝ(p, w) >= val[p] - eps2 (eps2 = ``ScreenRows.eps2`` = 2 margin + 2 δ).
     The micro-block containing w therefore has block max >= final val[p] - eps2 >= val[p] - eps2 at the
     time it was folded (the running max only grows), so (p, block) is recorded and survives every
     compaction and the final filter, which use values of val[p] <= final. The recorded micro-blocks are
@@ -110,7 +110,7 @@ class _Nearest:
     q' = that partner), and only those are evaluated exactly in float64.
     """
 
-    def __init__(self, n: int, lp: Int8Rows) -> None:
+    def __init__(self, n: int, lp: ScreenRows) -> None:
         self.val = np.full(n, _MASKED, dtype=np.int32)  # running max of Q per point
         self.lp = lp
         self.e2 = int(np.ceil(lp.eps2 * lp.scale2)) + 1  # eps2 in Q units, rounded up
@@ -288,7 +288,7 @@ def label_error_scores(emb: np.ndarray, labels: object) -> tuple[np.ndarray, np.
     diff = _Nearest(n, lp)
     far = _Farthest(n, eps2)  # singleton classes: farthest other-label sample
     pairs = ((i, j) for i in range(len(tiles)) for j in range(i, len(tiles)))  # lazy: O(#tiles²) pairs
-    with single_thread_torch(), ordered_map(n > tile) as pmap:
+    with ordered_map(n > tile) as pmap:
         for (i, j), r, c, edge in pmap(tile_maxima, pairs):
             ma0, alo, _, acls = tiles[i]
             mb0, blo, _, bcls = tiles[j]
@@ -337,7 +337,7 @@ def rank_label_errors(emb: np.ndarray, labels: object) -> Ranking:
     - only one distinct label (no other-label neighbour exists, d_diff = inf): every score is 1.0;
     - ties are ordered by sample index (stable sort).
 
-    Exact (equal to a float64 brute force): class-sorted upper-triangle int8 screening tiles are reduced
+    Exact (equal to a float64 brute force): class-sorted upper-triangle screening tiles are reduced
     to per-micro-block (64-point) maxima per point; only micro-blocks within the screening margin of a
     point's running max are kept, recomputed in float32, and their partners re-evaluated in float64 (see
     the module docstring, ``_Nearest``, ``_lowp`` and ``_kernels``). Memory O(N·D) plus one 2048×2048 int32

@@ -4,13 +4,13 @@ Hand-written because no library returns the *global* top-k pairs exactly in O(N�
 (faiss k-NN lists need a certificate and a retry to be exact).
 
 Scheme: the upper triangle is cut into ``_TILE``-point tiles; a tile is computed as strips of
-``_TILE // 8`` rows (one int8 product each, ``_lowp.Int8Rows``, or without int8 units a float32 one,
-``_lowp.Float32Rows``, as ``_lowp.screen_rows`` picks, into a per-worker int32 buffer that stays
-in cache), and each strip is screened against a threshold ``thr`` on the screening similarity
-ŝ = Q / S², within ``_lowp``'s rigorous margin of the exact one: every pair of the final top-k has
-``ŝ >= thr``. The survivors are re-evaluated in float64 (``_kernels.exact_dists``) and
-merged, in tile order, into a buffer of the best pairs, which tightens ``thr``. Tiles run on a few
-threads with a single-threaded BLAS each (``_kernels.ordered_map``).
+``_TILE // 8`` rows (one float32 GEMM each, stored as the integer screening products of
+``_lowp.ScreenRows`` in a per-worker int32 buffer that stays in cache), and each strip is screened
+against a threshold ``thr`` on the screening similarity ŝ = Q / S², within ``_lowp``'s rigorous
+margin of the exact one: every pair of the final top-k has ``ŝ >= thr``. The survivors are
+re-evaluated in float64 (``_kernels.exact_dists``) and merged, in tile order, into a buffer of the
+best pairs, which tightens ``thr``. Tiles run on a few threads with a single-threaded BLAS each
+(``_kernels.ordered_map``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 import noisycal_platform.cleaning.rankings._pruned as _pruned  # the module: its switches are read per call
 
 from ._kernels import as_unit_embeddings, exact_dists, ordered_map
-from ._lowp import screen_rows, single_thread_torch
+from ._lowp import screen_rows
 from .types import PairRanking
 
 __all__ = ["rank_near_duplicates"]
@@ -51,15 +51,15 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
 
     ``top_k`` larger than N(N-1)/2 is **clamped**: all pairs are returned (none for N = 1).
 
-    Algorithm: upper-triangle tiles of int8 screening products (``_lowp``), screened in row strips
+    Algorithm: upper-triangle tiles of integer screening products (``_lowp``), screened in row strips
     against a threshold that only keeps pairs able to enter the top k: ``kth - eps2`` with kth the
     k-th largest screening similarity seen in the tile (while fewer than k pairs are merged), then
     ``1 - 2 d_k - eps2`` with d_k the current k-th smallest exact distance (eps2 =
-    ``Int8Rows.eps2``: twice the rigorous screening error plus twice the norm deviation). Survivors
+    ``ScreenRows.eps2``: twice the rigorous screening error plus twice the norm deviation). Survivors
     are re-evaluated in float64 and only pairs with d <= d_k are kept (ties included; the final
     order is by (d, i, j)), so the result equals a float64 brute force and does not depend on the
     tile order, the thread timing or the worker count. Memory:
-    O(N·D + k) (an int8 copy of the rows) plus one 512×4096 int32 strip per worker thread (at most 4).
+    O(N·D + k) (a float32 copy of the rows) plus one 512×4096 int32 strip per worker thread (at most 4).
 
     From ``_pruned.PRUNE_MIN_ROWS`` rows the cell-pruned form (``_pruned.pruned_top_pairs``: the same pairs, most of
     the N² inner products skipped on clustered embeddings) runs first; this scan runs where it declines.
@@ -121,7 +121,7 @@ def rank_near_duplicates(emb: np.ndarray, top_k: int) -> PairRanking:
     buf_j = np.empty(0, np.int64)
     buf_d = np.empty(0, np.float64)
     tiles = ((a, b) for a in range(0, n, tile) for b in range(a, n, tile))
-    with single_thread_torch(), ordered_map(n > tile) as pmap:
+    with ordered_map(n > tile) as pmap:
         for ii, jj, dd, thr_own in pmap(tile_pairs, tiles):
             # k pairs with ŝ >= kth exist, so every top-k pair has ŝ >= kth - eps2
             screen.thr = max(screen.thr, thr_own)
