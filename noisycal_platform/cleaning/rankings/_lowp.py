@@ -33,13 +33,7 @@ import numpy as np
 
 from ._kernels import BLOCK_ELEMS, sim_error_bound
 
-__all__ = ["ScreenRows", "screen_rows", "single_thread_torch"]
-
-
-def _torch():
-    import torch  # heavy: imported on first use (STYLE: heavy imports inside the function)
-
-    return torch
+__all__ = ["ScreenRows", "screen_rows"]
 
 
 class ScreenRows:
@@ -93,16 +87,3 @@ def screen_rows(x: np.ndarray) -> ScreenRows:
     """The screening rows of the rankings' GEMM passes (module doc)."""
     return ScreenRows(x)
 
-
-class single_thread_torch:
-    """Context for torch work on the rankings' worker threads (the verification): torch's intra-op thread count is
-    one inside and restored on exit (the worker threads share the cores)."""
-
-    def __enter__(self) -> single_thread_torch:
-        torch = _torch()
-        self.n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _torch().set_num_threads(self.n)

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from ._kernels import BLOCK_ELEMS, as_unit_embeddings, exact_dists, floor32, screen_margin
-from ._lowp import single_thread_torch
 
 __all__ = [
     "LocalFeatures",
@@ -52,6 +52,20 @@ __all__ = [
     "verified_near_duplicates",
     "verify_pairs",
 ]
+
+
+@contextmanager
+def _torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` inside (None: unchanged), restored on exit."""
+    import torch
+
+    old = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _check_pos_int(v: object, name: str) -> int:
@@ -282,10 +296,7 @@ def extract_sift(gray: object, *, num_features: int = 256, backend: str = "openc
     desc = np.zeros((n, num_features, 128), np.float32)
     valid = np.zeros((n, num_features), bool)
     diag = np.array([np.hypot(*im.shape) for im in imgs], np.float64)
-    old = torch.get_num_threads()
-    if num_threads is not None:
-        torch.set_num_threads(num_threads)
-    try:
+    with _torch_threads(num_threads):
         sift = KF.SIFTFeature(num_features=num_features, upright=False, rootsift=True,
                               descriptor_backend=descriptor_backend)
         with torch.no_grad():
@@ -295,8 +306,6 @@ def extract_sift(gray: object, *, num_features: int = 256, backend: str = "openc
                 frames[a, :m] = lafs[0].numpy()
                 desc[a, :m] = dsc[0].numpy()
                 valid[a, :m] = (resp[0] > 0).numpy()
-    finally:
-        torch.set_num_threads(old)
     return LocalFeatures(frames, desc, valid, diag)
 
 
@@ -379,7 +388,7 @@ def verify_pairs(features: LocalFeatures, pairs: np.ndarray, *, ratio: float = 0
     # pool spin-waits between them, so with two intra-op threads the idle one burnt most of the CPU time (2,000
     # HAM10000 images, 8,007 pairs: 13-14 CPU s with two, 2.2 with one, the same counts); the cores are used by
     # verifying several chunks at once instead
-    with torch.no_grad(), single_thread_torch():
+    with torch.no_grad(), _torch_threads(1):
         data = _VerifyData.of(features, inlier_tol)
         chunks = [(a, min(a + VERIFY_CHUNK_PAIRS, n_pairs)) for a in range(0, n_pairs, VERIFY_CHUNK_PAIRS)]
 
