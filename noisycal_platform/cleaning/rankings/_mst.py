@@ -211,7 +211,7 @@ def _first_lists(
     k: int,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    blocks: _Blocks | None = None,
+    blocks: _Blocks,
 ) -> None:
     """Round-1 lists: the k nearest points of every point, and lb from the (k+1)-th.
 
@@ -226,17 +226,17 @@ def _first_lists(
     (k+1)-th value from below, so the kept lists are the exact top-(k+1) under (-s32, j) whatever
     the thread timing. The first k are re-evaluated in float64 (sorted by (d, j)); every other
     point has s32 <= v_(k+1), hence d >= lb = (1 - v_(k+1) - eps2) / 2. Rows whose first entry is
-    not below lb (float32 near-ties) are settled by ``_rescan_exact``.
+    not below lb (float32 near-ties) are settled by ``_rescan_blocks``.
 
-    With ``blocks`` the tiles run over the points in ``blocks.perm`` order and every strip also folds its
-    block maxima into ``blocks.m`` (row maxima per column block; off the diagonal also column maxima per row
-    block), so the lists and lb are the same, and the rescans can prune blocks (``_rescan_blocks``). In that
+    The tiles run over the points in ``blocks.perm`` order and every strip also folds its block maxima into
+    ``blocks.m`` (row maxima per column block; off the diagonal also column maxima per row block), so the
+    rescans can prune blocks (``_rescan_blocks``); the lists and lb do not depend on the order. In that
     order near points are adjacent, so the diagonal squares already give tight thresholds, and the strips
     read only the blocks whose maximum reaches one (``_strip_entries``).
     """
     nbr, nd, lb, exact0 = lists
     n = x.shape[0]
-    xw = x if blocks is None else blocks.xs  # the tiles' point order
+    xw = blocks.xs  # the tiles' point order
     k1 = k + 1
     tile = min(_TILE, n)
     h = max(1, tile // _STRIPS_PER_TILE)
@@ -260,19 +260,18 @@ def _first_lists(
             tr = np.maximum(thr[r0:r1], _FLOOR)  # the floor excludes masked (-inf) entries
             if on_diag:
                 s.ravel()[r0 - b :: b1 - b + 1][: r1 - r0] = -np.inf  # the point itself
-            rm = cm = None
-            if blocks is not None:
-                b0, rm = blocks.row_max(b, s)
-                folds.append((r0, b0, rm))
-                if not on_diag:
-                    b0, cm = blocks.col_max(r0, s)
-                    folds.append((b, b0, cm))
+            b0, rm = blocks.row_max(b, s)
+            folds.append((r0, b0, rm))
+            cm = None
+            if not on_diag:
+                b0, cm = blocks.col_max(r0, s)
+                folds.append((b, b0, cm))
             if on_diag:
                 np.maximum(tr, _group_bound(s, k1), out=tr)
                 tc = None
             else:
                 tc = np.maximum(thr[b:b1], _FLOOR)
-            aligned = blocks is not None and r0 % blocks.size == 0 and b % blocks.size == 0
+            aligned = r0 % blocks.size == 0 and b % blocks.size == 0
             ii, jj, vv = _strip_entries(s, tr, tc, *((blocks.size, rm, cm) if aligned else ()))
             if ii.size:
                 out_p.append(r0 + ii)
@@ -330,8 +329,8 @@ def _first_lists(
             for f in folds:
                 blocks.fold(*f)
 
-    if blocks is not None:  # back to point indices
-        topv, topj = topv[blocks.pos], np.where(topj >= 0, blocks.perm[np.maximum(topj, 0)], -1)[blocks.pos]
+    # back to point indices
+    topv, topj = topv[blocks.pos], np.where(topj >= 0, blocks.perm[np.maximum(topj, 0)], -1)[blocks.pos]
     jj = topj[:, :k]
     d = exact_dists(x, np.repeat(np.arange(n), k), jj.ravel()).reshape(n, k)
     o = np.lexsort((jj, d), axis=1)
@@ -342,10 +341,7 @@ def _first_lists(
     exact0[:] = False
     bad = np.flatnonzero(~(nd[:, 0] < lb))
     if bad.size:  # float32 near-ties at the list boundary: settle those rows exactly
-        if blocks is not None:
-            _rescan_blocks(x, bad, np.arange(n), eps2, lists, blocks)
-        else:
-            _rescan_exact(x, bad, np.arange(n), eps2, lists)
+        _rescan_blocks(x, bad, np.arange(n), eps2, lists, blocks)
 
 
 def _store_exact_nearest(

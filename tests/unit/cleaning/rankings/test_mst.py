@@ -78,7 +78,7 @@ def test_first_lists_are_certified_neighbours(small_tiles, n):
     nd = np.empty((n, k))
     lb = np.empty(n)
     exact0 = np.zeros(n, bool)
-    _mst._first_lists(x, k, screen_margin(x), (nbr, nd, lb, exact0))
+    _mst._first_lists(x, k, screen_margin(x), (nbr, nd, lb, exact0), _mst._Blocks(x))
     d = dense_dist(x0)
     np.fill_diagonal(d, np.inf)
     rows = np.arange(n)[:, None]
