@@ -19,6 +19,7 @@ its own tile buffer, results in input order.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +32,8 @@ RECORDS_CAP = 1 << 20  # candidate records of a ``Records`` held before a compac
 MAX_WORKERS = 4  # cap on the tile worker threads of :func:`ordered_map` (read at call time)
 
 OrderedMap = Callable[[Callable, Iterable], Iterator]
+# workers of ``ordered_map`` inside ``blas_on_workers`` (the BLAS thread count it found); None outside it
+_WORKER_THREADS: contextvars.ContextVar[int | None] = contextvars.ContextVar("worker_threads", default=None)
 
 
 def as_unit_embeddings(emb: np.ndarray, name: str = "emb", row_offset: int = 0) -> np.ndarray:
@@ -87,16 +90,25 @@ def screen_margin(x: np.ndarray) -> float:
     return 2.0 * eps + 2.0 * delta + 1e-12
 
 
-def exact_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """d = min(||x_i - x_j||² / 4, 1) in float64 for index arrays ``i``, ``j`` (chunked gather)."""
+def exact_dists(x: np.ndarray, i: np.ndarray, j: np.ndarray, parallel: bool = False) -> np.ndarray:
+    """d = min(||x_i - x_j||² / 4, 1) in float64 for index arrays ``i``, ``j`` (chunked gather).
+
+    ``parallel``: the chunks on worker threads (``ordered_map``; the gathers and ``einsum`` release the GIL), for
+    large calls outside another pool; every chunk is the same computation either way, so are the values.
+    """
     i = np.asarray(i, dtype=np.int64).ravel()
     j = np.asarray(j, dtype=np.int64).ravel()
     out = np.empty(i.shape[0], dtype=np.float64)
     step = max(1, BLOCK_ELEMS // (8 * x.shape[1]))
-    for a in range(0, i.shape[0], step):
+
+    def chunk(a: int) -> None:
         diff = x[i[a : a + step]].astype(np.float64)
         diff -= x[j[a : a + step]]
         out[a : a + step] = np.einsum("nd,nd->n", diff, diff)
+
+    with ordered_map(parallel and i.shape[0] > step) as pmap:
+        for _ in pmap(chunk, range(0, i.shape[0], step)):
+            pass
     out *= 0.25
     return np.minimum(out, 1.0, out=out)
 
@@ -111,27 +123,57 @@ def floor32(t: np.ndarray | float) -> np.ndarray:
     return np.where(t32 > t, np.nextafter(t32, np.float32(-np.inf)), t32)
 
 
+def _blas_threads() -> int:
+    """The BLAS thread count (1 when threadpoolctl finds no BLAS)."""
+    from threadpoolctl import threadpool_info
+
+    return max((int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"), default=1)
+
+
 @contextlib.contextmanager
-def ordered_map(parallel: bool, max_workers: int | None = None) -> Iterator[OrderedMap]:
+def blas_on_workers() -> Iterator[None]:
+    """A single-threaded BLAS for the whole block, while ``ordered_map`` inside it keeps as many workers as the BLAS
+    had threads.
+
+    For kernels that mix worker-thread GEMMs with GEMMs on the calling thread: after a multi-threaded OpenBLAS call
+    its threads keep spinning for 50-200 ms, and a worker pool started meanwhile gets half the cores (2-core Xeon,
+    2026-12-07: 313 block rescans took 92 ms on 2 workers right after a 2-thread GEMM, 63 ms on one worker, 40 ms
+    on 2 workers 0.2 s later). Inside this block no BLAS thread is ever started.
+    """
+    from threadpoolctl import threadpool_limits
+
+    if _WORKER_THREADS.get() is not None:  # nested: already single-threaded
+        yield
+        return
+    token = _WORKER_THREADS.set(_blas_threads())
+    try:
+        with threadpool_limits(1, user_api="blas"):
+            yield
+    finally:
+        _WORKER_THREADS.reset(token)
+
+
+@contextlib.contextmanager
+def ordered_map(parallel: bool, max_workers: int | None = None, depth: int = 2) -> Iterator[OrderedMap]:
     """Yield an order-preserving ``map`` over worker threads (plain ``map`` if not ``parallel``).
 
     A multi-threaded BLAS loses much on a busy shared box (its threads wait on each other: 4096²
     tiles ~15% slower, small GEMMs ~10x), so the workers split the tiles, each with a
     single-threaded BLAS (set for the whole process while the context is open); the numpy
     reductions release the GIL and run in parallel too. Workers = min(``max_workers`` (default
-    ``MAX_WORKERS``), the BLAS thread count); at most 2 tasks per worker are in flight, and results
-    come back in input order, so callers that fold them in that order do not depend on the worker
-    count.
+    ``MAX_WORKERS``), the BLAS thread count, or inside ``blas_on_workers`` the count it found); at most ``depth``
+    tasks per worker are in flight (more keeps the workers busy behind a long task, holding more results), and
+    results come back in input order, so callers that fold them in that order do not depend on the worker count.
     """
     try:
-        from threadpoolctl import threadpool_info, threadpool_limits
+        from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
         parallel = False
     if not parallel:  # small inputs: a pool and the BLAS switch cost more (~6 ms) than they save
         yield map
         return
-    blas = [int(i["num_threads"]) for i in threadpool_info() if i.get("user_api") == "blas"]
-    nw = min(MAX_WORKERS if max_workers is None else max_workers, max(blas, default=1))
+    budget = _WORKER_THREADS.get()
+    nw = min(MAX_WORKERS if max_workers is None else max_workers, _blas_threads() if budget is None else budget)
     if nw <= 1:
         yield map
         return
@@ -140,12 +182,15 @@ def ordered_map(parallel: bool, max_workers: int | None = None) -> Iterator[Orde
         pending: deque = deque()
         for it in items:
             pending.append(ex.submit(fn, it))
-            if len(pending) >= 2 * nw:
+            if len(pending) >= depth * nw:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
 
-    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(nw) as ex:
+    with contextlib.ExitStack() as stack:
+        if budget is None:
+            stack.enter_context(threadpool_limits(1, user_api="blas"))
+        ex = stack.enter_context(ThreadPoolExecutor(nw))
         yield imap
 
 

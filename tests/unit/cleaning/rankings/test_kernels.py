@@ -52,6 +52,37 @@ def test_ordered_map_keeps_order_and_limits_blas(workers):
     assert blas_threads() == before  # restored
 
 
+@pytest.mark.parametrize("depth", [1, 2, 8])
+def test_blas_on_workers_keeps_the_workers_and_a_single_threaded_blas(depth):
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from noisycal_platform.cleaning.rankings._kernels import blas_on_workers
+
+    def blas_threads() -> int:
+        return max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"), default=1)
+
+    with threadpool_limits(2, user_api="blas"):
+        before = blas_threads()
+        seen = set()
+
+        def fn(i: int) -> tuple[int, int]:
+            seen.add(threading.get_ident())
+            return i * i, blas_threads()
+
+        with blas_on_workers():
+            assert blas_threads() == 1  # on the calling thread too
+            with blas_on_workers():  # nested: no change
+                assert blas_threads() == 1
+            with ordered_map(True, depth=depth) as pmap:
+                res = list(pmap(fn, iter(range(50))))
+            assert blas_threads() == 1
+        assert blas_threads() == before
+    assert [r[0] for r in res] == [i * i for i in range(50)]
+    assert all(r[1] == 1 for r in res)
+    if before > 1:  # the pool still had the BLAS' thread count of workers, none of them the caller
+        assert threading.get_ident() not in seen and len(seen) >= 1
+
+
 def test_ordered_map_serial_is_plain_map():
     with ordered_map(False) as pmap:
         assert pmap is map

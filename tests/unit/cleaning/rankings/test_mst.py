@@ -132,16 +132,28 @@ def test_group_bound_is_a_lower_bound():
             assert np.isfinite(bound[2]) == (w >= kk)  # >= kk groups whenever the row has kk entries
 
 
-def test_point_desc_key_orders_like_lexsort():
+def test_merge_top_keeps_the_k_plus_1_largest_under_s_then_partner_in_any_order():
+    from noisycal_platform.cleaning.rankings._mst_kernels import merge_top
+
     rng = np.random.default_rng(1)
-    p = rng.integers(0, 50, 5000)
-    s = rng.choice(np.array([-np.inf, -1.0, -0.5, -0.0, 0.0, 1e-30, -1e-30, 0.25, 1.0], np.float32), 5000)
-    s = np.where(rng.random(5000) < 0.5, rng.standard_normal(5000).astype(np.float32), s)
-    key = _mst._point_desc_key(p, s)
-    o = np.argsort(key, kind="stable")
-    ref = np.lexsort((-(s + np.float32(0)), p))  # -0.0 and 0.0 compare equal in both
-    np.testing.assert_array_equal(p[o], p[ref])
-    np.testing.assert_array_equal(s[o], s[ref])
+    n, k1 = 40, 9
+    pairs = np.array([(p, q) for p in range(n) for q in range(n) if p != q])
+    s = rng.choice(np.linspace(-1, 1, 7), len(pairs)).astype(np.float32)  # many exact ties: the partner decides
+    want_v = np.full((n, k1), -np.inf, np.float32)
+    want_j = np.full((n, k1), -1, np.int64)
+    for p in range(n):
+        mine = pairs[:, 0] == p
+        o = np.lexsort((pairs[mine, 1], -s[mine]))[:k1]
+        want_v[p], want_j[p] = s[mine][o], pairs[mine, 1][o]
+    for seed in range(3):  # entries in any order and in batches give the same lists
+        o = np.random.default_rng(seed).permutation(len(pairs))
+        topv, topj = np.full((n, k1), -np.inf, np.float32), np.full((n, k1), -1, np.int64)
+        thr = np.full(n, -np.inf, np.float32)
+        for part in np.array_split(o, 5):
+            merge_top(pairs[part, 0], pairs[part, 1], s[part], topv, topj, thr)
+        np.testing.assert_array_equal(topv, want_v)
+        np.testing.assert_array_equal(topj, want_j)
+        np.testing.assert_array_equal(thr, want_v[:, -1])
 
 
 def test_results_independent_of_workers(small_tiles, monkeypatch):

@@ -117,7 +117,6 @@ def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, work
     monkeypatch.setattr(_mst, "_BLOCK", bs)
     monkeypatch.setattr(_mst, "_RESCAN_DENSE", np.inf)  # the block path even where it prunes little
     monkeypatch.setattr(_mst, "_TASK_MACS", 0)  # and for few rows
-    monkeypatch.setattr(_mst, "_STRIP_DENSE", np.inf)  # block-pruned k-NN strips
     monkeypatch.setattr(_kernels, "MAX_WORKERS", workers)
     x0 = DATA[kind](420, 8, 11)
     i, j, d, _ = _mst.exact_mst(unit32(x0))
@@ -128,13 +127,15 @@ def test_mst_with_small_blocks_equals_kruskal(small_tiles, monkeypatch, bs, work
     np.testing.assert_allclose(ed, rd, rtol=0, atol=1e-15)
 
 
-@pytest.mark.parametrize("bs", [4, 8])
+@pytest.mark.parametrize("bs", [4, 8, 64, 256])
 @pytest.mark.parametrize("cols", [True, False])
-@pytest.mark.parametrize("dense", [np.inf, 0.0])  # the block-pruned search always / never
-def test_strip_entries_equals_the_full_mask(monkeypatch, bs, cols, dense):
-    monkeypatch.setattr(_mst, "_STRIP_DENSE", dense)
+@pytest.mark.parametrize("at", [(0, 0), (3, 70), (128, 512)])  # strip's first row and column in the point order
+@pytest.mark.parametrize("shape", [(26, 45), (130, 300)])  # chunks past the last full one in both directions
+def test_strip_pass_gives_every_entry_once_and_the_block_maxima(bs, cols, at, shape):
     rng = np.random.default_rng(bs)
-    h, w = 26, 45  # past the last full block in both directions
+    (h, w), (r0, c0) = shape, at
+    blocks = _mst._Blocks.__new__(_mst._Blocks)
+    blocks.size = bs
     s = rng.choice(np.linspace(-1, 1, 9), (h, w)).astype(np.float32)  # many exact ties with the thresholds
     s[rng.random(s.shape) < 0.1] = -np.inf
     tr = rng.choice(np.linspace(-1, 1, 9), h).astype(np.float32)
@@ -142,14 +143,31 @@ def test_strip_entries_equals_the_full_mask(monkeypatch, bs, cols, dense):
     full = s >= tr[:, None]
     if cols:
         full |= s >= tc[None, :]
-    hb, wb = h // bs * bs, w // bs * bs
-    rm = np.full((h, -(-w // bs)), np.nan, np.float32)  # only the full blocks are read
-    rm[:, : wb // bs] = s[:, :wb].reshape(h, wb // bs, bs).max(axis=2)
-    cm = np.full((w, -(-h // bs)), np.nan, np.float32)
-    cm[:, : hb // bs] = s[:hb].reshape(hb // bs, bs, w).max(axis=1).T
-    for args in ((), (bs, rm, cm)):
-        i, j, v = _mst._strip_entries(s, tr, tc, *args)
-        got = np.zeros_like(full)
-        got[i, j] = True
-        assert np.array_equal(got, full) and i.size == full.sum()  # every entry once
-        np.testing.assert_array_equal(v, s[i, j])
+    (i, j, v), folds = blocks.strip(r0, c0, s, tr, tc)
+    got = np.zeros_like(full)
+    got[i, j] = True
+    assert np.array_equal(got, full) and i.size == full.sum()  # every entry once
+    np.testing.assert_array_equal(v, s[i, j])
+    # block maxima: block of column c0 + j is (c0 + j) // bs
+    row_blocks = (c0 + np.arange(w)) // bs
+    want_rm = np.stack([s[:, row_blocks == q].max(axis=1) for q in np.unique(row_blocks)], axis=1)
+    assert folds[0][:2] == (r0, c0 // bs)
+    np.testing.assert_array_equal(folds[0][2], want_rm)
+    assert len(folds) == 1 + cols
+    if cols:
+        col_blocks = (r0 + np.arange(h)) // bs
+        want_cm = np.stack([s[col_blocks == q].max(axis=0) for q in np.unique(col_blocks)], axis=1)
+        assert folds[1][:2] == (c0, r0 // bs)
+        np.testing.assert_array_equal(folds[1][2], want_cm)
+
+
+def test_strip_pass_with_more_entries_than_its_first_room():
+    rng = np.random.default_rng(3)
+    blocks = _mst._Blocks.__new__(_mst._Blocks)
+    blocks.size = 64
+    s = rng.standard_normal((64, 512)).astype(np.float32)
+    tr = np.full(64, -10.0, np.float32)  # every entry: 32,768 > the first room of 32 per row
+    (i, j, v), _ = blocks.strip(0, 0, s, tr, None)
+    assert i.size == s.size
+    np.testing.assert_array_equal(np.sort(i * 512 + j), np.arange(s.size))
+    np.testing.assert_array_equal(v, s[i, j])
