@@ -40,11 +40,13 @@ The GEMM tiles of step 1, the block rescans and the large ``_rescan_exact`` resc
 with a single-threaded BLAS (``_kernels.ordered_map``; the BLAS stays single-threaded for the whole MST,
 ``_kernels.blas_on_workers``, so that no spinning BLAS thread takes a core from them). The per-element work beside
 the GEMMs is compiled (``_mst_kernels``: one pass per k-NN strip for its block maxima and entries, the list
-merges, the block-rescan scans) and releases the GIL. The MST does not depend on the number of threads.
+merges, the rescan plan and scans, the best edge per component) and releases the GIL. The MST does not depend on
+the number of threads.
 
 Measured (``benchmarks/bench_rankings.py``'s clustered data, D = 192, the tuning seed 1; 2-core Intel Xeon with
-AVX-512, 2026-12-07; same tree before and after): N = 20,000 0.56 s against 0.82 s with the numpy strip
-post-processing, list merges and block scans it replaced; 50,000 2.3 against 3.0 s; 100,000 9.9 against 15.6 s.
+AVX-512, 2026-12-07; same tree before and after): N = 20,000 0.49 s against 0.82 s with the numpy forms those
+kernels replaced; 50,000 2.2 against 3.0 s; 100,000 9.5 against 15.6 s. Of the 0.49 s at 20,000 the first pass'
+GEMM (every pair once, 7.7·10¹⁰ flop) needs 0.22 s on the two cores.
 """
 
 from __future__ import annotations
@@ -419,17 +421,11 @@ def _rescan_blocks(
     cr = comp[rows]
     lo = np.searchsorted(kc, cr, side="left")
     cnt = np.searchsorted(kc, cr, side="right") - lo
-    at = np.arange(cnt.sum()) - np.repeat(np.cumsum(cnt) - cnt - lo, cnt)  # the pairs of each row's component
-    mr = blocks.m[blocks.pos[rows]]
-    pure = mr.copy()
-    pure[np.repeat(np.arange(rows.size), cnt), kb[at]] = -np.inf  # the mixed blocks
-    m0 = pure.max(axis=1).astype(np.float64)  # -inf: every block is mixed
-    del pure
-    # a mixed block's maximum bounds its outside points too: it is skipped by the same rule
-    ri, bi = np.nonzero(mr >= floor32(m0 - eps2)[:, None])
-    del mr
-    by_block = np.argsort(bi, kind="stable")  # (block, row) pairs by block, rows ascending
-    bi, ri = bi[by_block], ri[by_block]
+    from ._mst_kernels import block_rows, scan_block  # numba: compiled (or loaded from its cache) on first use
+
+    # m0 from the blocks holding no point of the row's component; a mixed block's maximum bounds its outside
+    # points too: it is skipped by the same rule
+    m0, bi, ri = block_rows(blocks.m, blocks.pos[rows], lo, cnt, kb, eps2)
     edges = np.searchsorted(bi, np.arange(nb + 1))
     n_tasks = int(np.count_nonzero(np.diff(edges)))
     # little pruned (near-equidistant points), or so few rows that the per-block calls cost more than all
@@ -439,8 +435,6 @@ def _rescan_blocks(
         return
     tasks = [(b, ri[edges[b] : edges[b + 1]]) for b in range(nb) if edges[b + 1] > edges[b]]
     floor0 = m0 - 2.0 * eps2  # <= the final near-tie threshold of each row
-
-    from ._mst_kernels import scan_block  # numba: compiled (or loaded from its cache) on first use
 
     def scan(task: tuple[int, np.ndarray]) -> tuple[np.ndarray, ...]:
         """Block ``b`` against its rows: (row slots, their maxima, recorded slots, points, s32)."""
@@ -474,18 +468,14 @@ def _rescan_blocks(
 
 
 def _best_per_component(
-    ci: np.ndarray, cand_j: np.ndarray, cand_d: np.ndarray, comp: np.ndarray
+    ci: np.ndarray, cand_j: np.ndarray, cand_d: np.ndarray, comp: np.ndarray, n_comp: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cheapest candidate edge ``ci -> cand_j[ci]`` of each component under the key (d, lo, hi), so ties
-    resolve the same way everywhere. Returns (sel, lo, hi): ``sel`` indexes ``ci``, one per component present;
-    ``lo``/``hi`` are the endpoints (lo < hi) of every edge in ``ci``."""
-    lo = np.minimum(ci, cand_j[ci])
-    hi = np.maximum(ci, cand_j[ci])
-    o = np.lexsort((hi, lo, cand_d[ci], comp[ci]))
-    cc = comp[ci][o]
-    first = np.ones(o.size, bool)
-    first[1:] = cc[1:] != cc[:-1]
-    return o[first], lo, hi
+    resolve the same way everywhere. Returns (sel, lo, hi): ``sel`` indexes ``ci``, one per component present
+    (in component order); ``lo``/``hi`` are the endpoints (lo < hi) of every edge in ``ci``."""
+    from ._mst_kernels import best_edges  # numba: compiled (or loaded from its cache) on first use
+
+    return best_edges(ci, cand_j, cand_d, comp, n_comp), np.minimum(ci, cand_j[ci]), np.maximum(ci, cand_j[ci])
 
 
 def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
@@ -534,7 +524,7 @@ def _exact_mst(x: np.ndarray, k: int, stats: dict) -> tuple[np.ndarray, np.ndarr
         best_d = np.full(n_comp, np.inf)
         ci = np.flatnonzero(cert)
         if ci.size:
-            sel, _, _ = _best_per_component(ci, cand_j, cand_d, comp)
+            sel, _, _ = _best_per_component(ci, cand_j, cand_d, comp, n_comp)
             best_d[comp[ci][sel]] = cand_d[ci][sel]
         need = ~cert & (lower <= best_d[comp])
         giant = np.flatnonzero(sizes * 2 > n)
@@ -550,7 +540,7 @@ def _exact_mst(x: np.ndarray, k: int, stats: dict) -> tuple[np.ndarray, np.ndarr
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True
         ci = np.flatnonzero(cert & ~skip[comp])
-        sel, lo, hi = _best_per_component(ci, cand_j, cand_d, comp)
+        sel, lo, hi = _best_per_component(ci, cand_j, cand_d, comp, n_comp)
         lo, hi, dd = lo[sel], hi[sel], cand_d[ci][sel]
         key = np.unique(lo * n + hi, return_index=True)[1]
         ei.append(lo[key])

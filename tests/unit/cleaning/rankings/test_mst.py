@@ -156,6 +156,24 @@ def test_merge_top_keeps_the_k_plus_1_largest_under_s_then_partner_in_any_order(
         np.testing.assert_array_equal(thr, want_v[:, -1])
 
 
+def test_best_per_component_is_the_least_d_lo_hi_edge_of_each_component():
+    rng = np.random.default_rng(4)
+    n, n_comp = 300, 17
+    comp = rng.integers(0, n_comp, n)
+    comp[comp == 5] = 6  # a component with no point
+    cand_j = rng.integers(0, n, n)
+    cand_d = rng.choice([0.0, 0.25, 0.5], n)  # ties on d, and on lo between edges of one component
+    ci = np.sort(rng.choice(n, 200, replace=False))
+    sel, lo, hi = _mst._best_per_component(ci, cand_j, cand_d, comp, n_comp)
+    np.testing.assert_array_equal(lo, np.minimum(ci, cand_j[ci]))
+    np.testing.assert_array_equal(hi, np.maximum(ci, cand_j[ci]))
+    want = []
+    for c in np.unique(comp[ci]):
+        mine = np.flatnonzero(comp[ci] == c)
+        want.append(mine[np.lexsort((hi[mine], lo[mine], cand_d[ci][mine]))[0]])
+    np.testing.assert_array_equal(sel, want)
+
+
 def test_results_independent_of_workers(small_tiles, monkeypatch):
     x = unit32(with_copies(700, 5, seed=8))
     out = []
