@@ -6,6 +6,7 @@ raw/images -> ssl_encoder -> embeddings (the learned encoder and the non-learned
 import dagster as dg
 import polars as pl
 
+from assets._shell import failing_on
 from assets.cleaning.keys import IMAGES_IN, SSL_ENCODER
 from assets.policy import CLEANING, COMPUTE
 from assets.progress import epoch_progress, timed
@@ -41,20 +42,23 @@ def ssl_encoder(
     compute: ComputeResource,
     settings: SettingsResource,
 ) -> dg.Output[pl.DataFrame]:
-    config = encoder_config(
-        settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
-    )
-    compute.apply_threads()
-    choice = encoder_choice(images, **settings.encoder_keys())
-    frame = ssl_encoder_table(
-        images,
-        config,
-        preset=settings.encoder_preset,
-        artifacts=inbox.layout.artifacts,
-        choice=choice,
-        progress=epoch_progress(context, "ssl_encoder"),
-        train_sample=settings.encoder_train_sample,
-    )
+    # a bad encoder setting or checkpoint file (missing keys, wrong layout, no such file) is a ValueError naming it:
+    # it fails the step once instead of being retried twice
+    with failing_on(ValueError):
+        config = encoder_config(
+            settings.encoder_preset, settings.encoder_overrides, device=compute.torch_device(), seed=settings.seed
+        )
+        compute.apply_threads()
+        choice = encoder_choice(images, **settings.encoder_keys())
+        frame = ssl_encoder_table(
+            images,
+            config,
+            preset=settings.encoder_preset,
+            artifacts=inbox.layout.artifacts,
+            choice=choice,
+            progress=epoch_progress(context, "ssl_encoder"),
+            train_sample=settings.encoder_train_sample,
+        )
     row = frame.row(0, named=True)
     return dg.Output(
         frame,

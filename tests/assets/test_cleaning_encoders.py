@@ -187,6 +187,7 @@ def test_checkpoint_with_missing_keys_fails_the_encoder_step_naming_them(tmp_pat
     result = materialize(home, CHAIN[:2], DATASET)
     failures = [e for e in result.all_events if e.is_step_failure]
     assert not result.success and len(failures) == 1
+    assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in result.all_events)  # a bad file: no retry
     message = str(failures[0].event_specific_data.error)
     assert "missing" in message and dropped in message
 

@@ -63,6 +63,7 @@ def test_a_frame_with_other_columns_is_refused_and_the_table_kept(tmp_path):
     assert not result.success
     failure = next(e for e in result.all_events if e.is_step_failure).event_specific_data.error
     assert "declares" in str(failure)
+    assert not any(e.event_type_value == "STEP_UP_FOR_RETRY" for e in result.all_events)  # it cannot heal
     assert _rows(tmp_path)["x"].to_list() == [1]
 
 
