@@ -33,7 +33,7 @@ reported with file, line, field and reason and the other lines are ingested.
 Fault injection for tests: ``NOISYCAL_FAULT=<point>[:<n>]`` SIGKILLs the process at the n-th time (default
 1st) it reaches ``<point>`` (``after_read``, ``after_archive``, ``after_rejected``, ``after_reason``,
 ``after_ledger``, ``after_move``; the confirmation tool's answer write: ``answer_before_write``,
-``answer_after_fsync``).
+``answer_after_fsync``; the warehouse's slice replacement, inside its transaction: ``warehouse_replace``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import polars as pl
 from dagster_duckdb import DuckDBResource
 
 from noisycal_platform.column_docs import describe
+from noisycal_platform.ingest import fault_point
 
 __all__ = [
     "COLUMN_SCHEMA",
@@ -209,6 +210,7 @@ class WarehouseIOManager(dg.ConfigurableIOManager):
             con.execute("BEGIN TRANSACTION")
             try:
                 _replace(con, context.asset_key, obj, column, keys)
+                fault_point("warehouse_replace")  # tests: SIGKILL with the slice replaced but not committed
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")

@@ -82,6 +82,10 @@ def _failures(stdout: str) -> list[str]:
     return lines
 
 
+#: the warehouse write at which the second materialize kills itself: within a later run than its first
+KILL_AT = 6
+
+
 def test_sigkill_in_the_middle_of_materialize_then_restart(tmp_path):
     home = _home(tmp_path)
     instance_for(home).add_dynamic_partitions("model_versions", ["v1"])
@@ -92,27 +96,20 @@ def test_sigkill_in_the_middle_of_materialize_then_restart(tmp_path):
     clean = _tables(home)
     assert "calibration.nc_ece_report" in clean and "reports.calibration" in clean
 
-    proc = subprocess.Popen(
-        _cli(home, "materialize"), env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    # killed for real inside a step that holds the warehouse slot, its slice replaced but not committed: the
+    # materialize process SIGKILLs itself at its KILL_AT-th warehouse write (a later run than the first); polling
+    # the slot from here and killing on sight raced with short steps, which could let go of it in between
     instance = instance_for(home)
     before = {r.dagster_run.run_id for r in instance.get_run_records()}
-    deadline = time.time() + 600
-    victim = None
-    while time.time() < deadline and proc.poll() is None:
-        new = [r.dagster_run for r in instance.get_run_records() if r.dagster_run.run_id not in before]
-        started = [r for r in new if r.status == dg.DagsterRunStatus.STARTED]
-        # in the middle: at least one run of this materialize finished and the next holds the warehouse slot
-        if len(new) >= 2 and started and any(s.run_id == started[0].run_id for s in _claimed(instance)):
-            victim = started[0]
-            os.killpg(proc.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=60)
-    assert victim is not None, "materialize finished before it could be killed in a step"
+    killed = subprocess.run(_cli(home, "materialize"), env=dict(_env(), NOISYCAL_FAULT=f"warehouse_replace:{KILL_AT}"),
+                            capture_output=True, text=True, timeout=1500)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:] + killed.stderr[-3000:]
     instance = instance_for(home)
-    assert instance.get_run_by_id(victim.run_id).status == dg.DagsterRunStatus.STARTED
-    assert _claimed(instance)  # the dead run still holds the only duckdb slot
+    new = [r.dagster_run for r in instance.get_run_records() if r.dagster_run.run_id not in before]
+    started = [r for r in new if r.status == dg.DagsterRunStatus.STARTED]
+    assert len(new) >= 2 and len(started) == 1, [(r.run_id[:8], r.status) for r in new]  # in the middle
+    victim = started[0]
+    assert [s.run_id for s in _claimed(instance)] == [victim.run_id]  # the dead run still holds the only slot
 
     t0 = time.time()
     rerun = subprocess.run(_cli(home, "materialize"), env=_env(), capture_output=True, text=True, timeout=900)
