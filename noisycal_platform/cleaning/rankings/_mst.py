@@ -43,6 +43,12 @@ the GEMMs is compiled (``_mst_kernels``: one pass per k-NN strip for its block m
 merges, the rescan plan and scans, the best edge per component) and releases the GIL. The MST does not depend on
 the number of threads.
 
+Memory: the rows are read in block order (``_Blocks.xs``; every other access goes through ``_Blocks.rows`` and
+``_Blocks.dists`` by point index): a copy of the caller's rows, or with ``exact_mst(..., in_place=True)`` the
+caller's array itself, permuted and put back (``rank_irrelevant`` passes its own normalised copy), so N·D·4 bytes
+in all, plus a component-ordered copy while a full-width rescan (``_rescan_exact``) runs and the N × N/64 block
+maxima (at most 64 MiB).
+
 Measured (``benchmarks/bench_rankings.py``'s clustered data, D = 192, the tuning seed 1; 2-core Intel Xeon with
 AVX-512, 2026-12-07; same tree before and after): N = 20,000 0.49 s against 0.82 s with the numpy forms those
 kernels replaced; 50,000 2.2 against 3.0 s; 100,000 9.5 against 15.6 s. Of the 0.49 s at 20,000 the first pass'
@@ -122,7 +128,9 @@ class _Blocks:
     (``_BLOCK_MEM`` caps it: B doubles until it fits).
     """
 
-    def __init__(self, x: np.ndarray) -> None:
+    def __init__(self, x: np.ndarray, in_place: bool = False) -> None:
+        """``in_place``: ``xs`` is ``x`` itself, its rows permuted into block order (``restore`` puts them back);
+        else ``xs`` is a block-ordered copy."""
         n = x.shape[0]
         b = _BLOCK
         while n * -(-n // b) > _BLOCK_MEM:
@@ -139,8 +147,28 @@ class _Blocks:
         self.perm = np.lexsort((np.arange(n), -v, rank[g]))  # sorted position -> point
         self.pos = np.empty(n, np.int64)  # point -> sorted position
         self.pos[self.perm] = np.arange(n)
-        self.xs = x[self.perm]
+        if in_place:
+            from ._mst_kernels import permute_rows  # numba: compiled (or loaded from its cache) on first use
+
+            permute_rows(x, self.perm)
+            self.xs = x
+        else:
+            self.xs = x[self.perm]
         self.m = np.full((n, self.nb), -np.inf, np.float32)  # by sorted position
+
+    def restore(self) -> None:
+        """Put the rows of an in-place ``xs`` back into the caller's order."""
+        from ._mst_kernels import permute_rows
+
+        permute_rows(self.xs, self.pos)
+
+    def rows(self, points: np.ndarray) -> np.ndarray:
+        """The float32 rows of ``points`` (point indices), gathered from the block-ordered ``xs``."""
+        return self.xs[self.pos[points]]
+
+    def dists(self, i: np.ndarray, j: np.ndarray, parallel: bool = False) -> np.ndarray:
+        """``exact_dists`` of the point pairs (i, j): the same rows, so the same values, as on the caller's array."""
+        return exact_dists(self.xs, self.pos[np.asarray(i)], self.pos[np.asarray(j)], parallel=parallel)
 
     def strip(
         self, r0: int, c0: int, s: np.ndarray, tr: np.ndarray, tc: np.ndarray | None
@@ -186,7 +214,6 @@ class _Blocks:
 
 
 def _first_lists(
-    x: np.ndarray,
     k: int,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
@@ -215,8 +242,8 @@ def _first_lists(
     are merged into the lists on the calling thread while the workers compute (``_mst_kernels.merge_top``).
     """
     nbr, nd, lb, exact0 = lists
-    n = x.shape[0]
     xw = blocks.xs  # the tiles' point order
+    n = xw.shape[0]
     k1 = k + 1
     tile = min(_TILE, n)
     h = max(1, tile // _STRIPS_PER_TILE)
@@ -279,7 +306,7 @@ def _first_lists(
     # back to point indices
     topv, topj = topv[blocks.pos], np.where(topj >= 0, blocks.perm[np.maximum(topj, 0)], -1)[blocks.pos]
     jj = topj[:, :k]
-    d = exact_dists(x, np.repeat(np.arange(n), k), jj.ravel(), parallel=True).reshape(n, k)
+    d = blocks.dists(np.repeat(np.arange(n), k), jj.ravel(), parallel=True).reshape(n, k)
     o = np.lexsort((jj, d), axis=1)
     nbr[:] = np.take_along_axis(jj, o, axis=1)
     nd[:] = np.take_along_axis(d, o, axis=1)
@@ -288,7 +315,7 @@ def _first_lists(
     exact0[:] = False
     bad = np.flatnonzero(~(nd[:, 0] < lb))
     if bad.size:  # float32 near-ties at the list boundary: settle those rows exactly
-        _rescan_blocks(x, bad, np.arange(n), eps2, lists, blocks)
+        _rescan_blocks(bad, np.arange(n), eps2, lists, blocks)
 
 
 def _store_exact_nearest(
@@ -310,11 +337,11 @@ def _store_exact_nearest(
 
 
 def _rescan_exact(
-    x: np.ndarray,
     rows: np.ndarray,
     comp: np.ndarray,
     eps2: float,
     lists: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    blocks: _Blocks,
 ) -> None:
     """Exact nearest point outside its own component for ``rows`` (ties by index).
 
@@ -328,9 +355,9 @@ def _rescan_exact(
     single-threaded BLAS each (``_kernels.ordered_map``); results are independent of their number.
     """
     nbr, nd, lb, exact0 = lists
-    n = x.shape[0]
+    n = blocks.xs.shape[0]
     perm = np.argsort(comp, kind="stable")
-    xs = x[perm]
+    xs = blocks.rows(perm)  # a second copy of the rows while the rescan runs
     neg = -np.inf
     cs = comp[perm]
     seg_lo = np.searchsorted(cs, comp[rows], side="left")
@@ -347,7 +374,7 @@ def _rescan_exact(
         """Exact nearest outside point (row, j, d) of the rows in strip ``a`` (runs in a worker)."""
         r_ = rows[a : a + h]
         lo_, hi_ = seg_lo[a : a + h], seg_hi[a : a + h]
-        xr = x[r_]
+        xr = blocks.rows(r_)
         if not hasattr(local, "buf"):
             local.buf = np.empty(h * w, np.float32)
         starts = np.flatnonzero(np.r_[True, lo_[1:] != lo_[:-1]])
@@ -381,7 +408,7 @@ def _rescan_exact(
         rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
         keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
         rr, cc = rr[keep], perm[cc[keep]]
-        dd = exact_dists(x, r_[rr], cc)
+        dd = blocks.dists(r_[rr], cc)
         oo = np.lexsort((cc, dd, rr))
         first = np.ones(oo.size, bool)
         first[1:] = rr[oo][1:] != rr[oo][:-1]
@@ -394,7 +421,6 @@ def _rescan_exact(
 
 
 def _rescan_blocks(
-    x: np.ndarray,
     rows: np.ndarray,
     comp: np.ndarray,
     eps2: float,
@@ -413,7 +439,7 @@ def _rescan_blocks(
     re-evaluated in float64 and the smallest (d, j) wins, as in ``_rescan_exact``.
     """
     nbr, nd, lb, exact0 = lists
-    n = x.shape[0]
+    n, dim = blocks.xs.shape
     bs, nb = blocks.size, blocks.nb
     cs = comp[blocks.perm]  # component by sorted position
     key = np.unique(cs.astype(np.int64) * nb + np.arange(n) // bs)  # (component, block) pairs present
@@ -430,8 +456,8 @@ def _rescan_blocks(
     n_tasks = int(np.count_nonzero(np.diff(edges)))
     # little pruned (near-equidistant points), or so few rows that the per-block calls cost more than all
     # products: the full-tile rescan (parallel, same result)
-    if bi.size * bs > _RESCAN_DENSE * rows.size * n or rows.size * n * x.shape[1] <= n_tasks * _TASK_MACS:
-        _rescan_exact(x, rows, comp, eps2, lists)
+    if bi.size * bs > _RESCAN_DENSE * rows.size * n or rows.size * n * dim <= n_tasks * _TASK_MACS:
+        _rescan_exact(rows, comp, eps2, lists, blocks)
         return
     tasks = [(b, ri[edges[b] : edges[b + 1]]) for b in range(nb) if edges[b + 1] > edges[b]]
     floor0 = m0 - 2.0 * eps2  # <= the final near-tie threshold of each row
@@ -441,7 +467,7 @@ def _rescan_blocks(
         b, slot = task
         c0, c1 = b * bs, min(b * bs + bs, n)
         r_ = rows[slot]
-        s = x[r_] @ blocks.xs[c0:c1].T
+        s = blocks.rows(r_) @ blocks.xs[c0:c1].T
         rm, i, j, sv = scan_block(s, comp[r_], cs[c0:c1], floor0[slot], eps2)
         return slot, rm, slot[i], blocks.perm[c0 + j], sv
 
@@ -457,7 +483,7 @@ def _rescan_blocks(
     rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
     keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
     rr, cc = rr[keep], cc[keep]
-    dd = exact_dists(x, rows[rr], cc, parallel=True)
+    dd = blocks.dists(rows[rr], cc, parallel=True)
     oo = np.lexsort((cc, dd, rr))
     first = np.ones(oo.size, bool)
     first[1:] = rr[oo][1:] != rr[oo][:-1]
@@ -478,19 +504,31 @@ def _best_per_component(
     return best_edges(ci, cand_j, cand_d, comp, n_comp), np.minimum(ci, cand_j[ci]), np.maximum(ci, cand_j[ci])
 
 
-def exact_mst(x: np.ndarray, k: int = 8) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats."""
+def exact_mst(x: np.ndarray, k: int = 8, *, in_place: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Exact MST of unit float32 rows ``x``: arrays (i, j, d) of the N-1 edges, i < j, plus stats.
+
+    ``in_place`` (``x`` a writable C-contiguous float32 array): the rows of ``x`` are permuted into block order
+    while the MST runs and put back before it returns, also on an error, instead of copied: one N·D·4-byte copy
+    fewer (the same MST). Nothing else may read ``x`` meanwhile.
+    """
     n = x.shape[0]
     stats: dict = {"rounds": 0, "rescanned": []}
     if n == 1:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64), stats
+    if in_place and not (x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable):
+        raise ValueError("in_place needs a writable C-contiguous float32 array")
     with blas_on_workers():  # no spinning BLAS threads beside the worker pools (``_kernels.blas_on_workers``)
-        return _exact_mst(x, k, stats)
+        eps2 = screen_margin(x)
+        blocks = _Blocks(x, in_place=in_place)
+        try:
+            return _exact_mst(blocks, k, eps2, stats)
+        finally:
+            if in_place:
+                blocks.restore()
 
 
-def _exact_mst(x: np.ndarray, k: int, stats: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    n = x.shape[0]
-    eps2 = screen_margin(x)
+def _exact_mst(blocks: _Blocks, k: int, eps2: float, stats: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    n = blocks.xs.shape[0]
     k = int(min(k, n - 1))
     nbr = np.empty((n, k), np.int64)
     nd = np.empty((n, k), np.float64)
@@ -500,8 +538,7 @@ def _exact_mst(x: np.ndarray, k: int, stats: dict) -> tuple[np.ndarray, np.ndarr
     # float32 block order and block maxima on every CPU: on an AVX-512 VNNI Xeon (2026-12-07, seed-1 data of
     # bench_rankings) they beat the former int8 screening + int8 rescans there too, 0.85 against 1.2 s at
     # N = 20,000, 3.0 against 4.8 s at 50,000, 15.6 against 17.2 s at 100,000 (D = 192, the same tree)
-    blocks = _Blocks(x)
-    _first_lists(x, k, eps2, lists, blocks)
+    _first_lists(k, eps2, lists, blocks)
 
     ei: list[np.ndarray] = []
     ej: list[np.ndarray] = []
@@ -535,7 +572,7 @@ def _exact_mst(x: np.ndarray, k: int, stats: dict) -> tuple[np.ndarray, np.ndarr
         rows = np.flatnonzero(need)
         stats["rescanned"].append(int(rows.size))
         if rows.size:
-            _rescan_blocks(x, rows, comp, eps2, lists, blocks)
+            _rescan_blocks(rows, comp, eps2, lists, blocks)
             cand_j[rows] = nbr[rows, 0]
             cand_d[rows] = nd[rows, 0]
             cert[rows] = True

@@ -31,6 +31,9 @@ the numpy form gathered an N_rows × blocks copy and a mask of the same size (ab
 rescan at N = 20,000). Best edges (``best_edges``): per component its candidate edge of least (d, lo, hi), one
 pass instead of a four-key sort of every candidate. No ``fastmath`` in either.
 
+Row permutation (``permute_rows``): x[i] <- x[perm[i]] in place by following the permutation's cycles, with one
+row of scratch, so the MST can put the caller's rows into block order without a second N·D copy.
+
 All ``nogil`` (the MST calls them beside its worker threads) and cached on disk after the first compile.
 """
 
@@ -39,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["best_edges", "block_rows", "merge_top", "scan_block", "strip_pass"]
+__all__ = ["best_edges", "block_rows", "merge_top", "permute_rows", "scan_block", "strip_pass"]
 
 _FASTMATH = {"nnan", "reassoc", "nsz", "arcp", "contract"}
 
@@ -256,3 +259,24 @@ def best_edges(ci, cand_j, cand_d, comp, n_comp):  # pragma: no cover - compiled
             sel[k] = best[c]
             k += 1
     return sel
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def permute_rows(x, perm):  # pragma: no cover - compiled
+    """Rows of ``x`` in place: row i becomes the old row perm[i] (``perm`` a permutation of range(len(x)))."""
+    n = x.shape[0]
+    done = np.zeros(n, np.bool_)
+    tmp = np.empty(x.shape[1], x.dtype)
+    for start in range(n):
+        if done[start]:
+            continue
+        tmp[:] = x[start]
+        i = start
+        while True:
+            done[i] = True
+            j = perm[i]
+            if j == start:
+                x[i] = tmp
+                break
+            x[i] = x[j]
+            i = j

@@ -33,7 +33,7 @@ def single_linkage(emb: np.ndarray) -> np.ndarray:
     """
     x = as_unit_embeddings(emb)
     n = x.shape[0]
-    i, j, d, _ = exact_mst(x)
+    i, j, d, _ = exact_mst(x, in_place=True)  # x is this function's own normalised copy
     if n == 1:
         return np.empty((0, 4), np.float64)
     o = np.lexsort((j, i, d))
@@ -121,7 +121,7 @@ def rank_irrelevant(emb: np.ndarray) -> Ranking:
     n = x.shape[0]
     if n == 1:
         return Ranking(np.zeros(1, np.int64), np.ones(1))
-    i, j, d, _ = exact_mst(x)
+    i, j, d, _ = exact_mst(x, in_place=True)  # x is this function's own normalised copy
     o = np.lexsort((j, i, d))
     z = _label_mst(i[o], j[o], d[o], n)
     order, scores = lad_walk(z, n)

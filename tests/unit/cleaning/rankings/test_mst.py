@@ -78,7 +78,7 @@ def test_first_lists_are_certified_neighbours(small_tiles, n):
     nd = np.empty((n, k))
     lb = np.empty(n)
     exact0 = np.zeros(n, bool)
-    _mst._first_lists(x, k, screen_margin(x), (nbr, nd, lb, exact0), _mst._Blocks(x))
+    _mst._first_lists(k, screen_margin(x), (nbr, nd, lb, exact0), _mst._Blocks(x))
     d = dense_dist(x0)
     np.fill_diagonal(d, np.inf)
     rows = np.arange(n)[:, None]
@@ -106,7 +106,7 @@ def test_rescan_exact_nearest_outside_component(small_tiles, monkeypatch):
     rows = rng.choice(n, 260, replace=False)
     k = 4
     lists = (np.zeros((n, k), np.int64), np.zeros((n, k)), np.zeros(n), np.zeros(n, bool))
-    _mst._rescan_exact(x, rows, comp, screen_margin(x), lists)
+    _mst._rescan_exact(rows, comp, screen_margin(x), lists, _mst._Blocks(x))
     nbr, nd, lb, exact0 = lists
     d = dense_dist(x0)
     d[comp[:, None] == comp[None, :]] = np.inf
@@ -172,6 +172,45 @@ def test_best_per_component_is_the_least_d_lo_hi_edge_of_each_component():
         mine = np.flatnonzero(comp[ci] == c)
         want.append(mine[np.lexsort((hi[mine], lo[mine], cand_d[ci][mine]))[0]])
     np.testing.assert_array_equal(sel, want)
+
+
+@pytest.mark.parametrize("kind", ["copies", "near_ties"])
+def test_in_place_gives_the_same_mst_and_puts_the_rows_back(small_tiles, kind):
+    rng = np.random.default_rng(5)
+    x0 = with_copies(600, 7, seed=5) if kind == "copies" else np.repeat(rng.standard_normal((40, 7)), 15, axis=0)
+    x = unit32(x0 + (0 if kind == "copies" else 1e-5 * rng.standard_normal(x0.shape)))
+    want = _mst.exact_mst(x.copy())
+    y = x.copy()
+    got = _mst.exact_mst(y, in_place=True)
+    for a, b in zip(got[:3], want[:3], strict=True):
+        np.testing.assert_array_equal(a, b)  # the same rows, so the same arithmetic
+    np.testing.assert_array_equal(y, x)  # bit for bit back in the caller's order
+
+
+def test_in_place_puts_the_rows_back_on_an_error(small_tiles, monkeypatch):
+    x = unit32(with_copies(300, 5, seed=2))
+    y = x.copy()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_mst, "_first_lists", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        _mst.exact_mst(y, in_place=True)
+    np.testing.assert_array_equal(y, x)
+    with pytest.raises(ValueError, match="writable C-contiguous float32"):
+        _mst.exact_mst(x.astype(np.float64), in_place=True)
+
+
+def test_permute_rows_is_a_gather_in_place():
+    from noisycal_platform.cleaning.rankings._mst_kernels import permute_rows
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1000, 6)).astype(np.float32)
+    for perm in (rng.permutation(1000), np.arange(1000), np.r_[1:1000, 0]):  # random, identity, one long cycle
+        y = x.copy()
+        permute_rows(y, perm)
+        np.testing.assert_array_equal(y, x[perm])
 
 
 def test_results_independent_of_workers(small_tiles, monkeypatch):

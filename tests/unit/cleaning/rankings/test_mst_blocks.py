@@ -51,7 +51,7 @@ def first_pass(x: np.ndarray, k: int = 8) -> tuple[tuple, _mst._Blocks, float]:
     lists = (np.empty((n, k), np.int64), np.empty((n, k)), np.empty(n), np.zeros(n, bool))
     blocks = _mst._Blocks(x)
     eps2 = screen_margin(x)
-    _mst._first_lists(x, k, eps2, lists, blocks)
+    _mst._first_lists(k, eps2, lists, blocks)
     return lists, blocks, eps2
 
 
@@ -101,7 +101,7 @@ def test_rescan_blocks_is_the_nearest_outside_point(small_tiles, monkeypatch, bs
     else:
         comp = np.arange(n)
     rows = np.sort(rng.choice(n, 200, replace=False))
-    _mst._rescan_blocks(x, rows, comp, eps2, lists, blocks)
+    _mst._rescan_blocks(rows, comp, eps2, lists, blocks)
     nbr, nd, lb, exact0 = lists
     want_j, want_d = nearest_outside(x, rows, comp)
     np.testing.assert_array_equal(nbr[rows, 0], want_j)
