@@ -106,7 +106,9 @@ def test_rescan_exact_nearest_outside_component(small_tiles, monkeypatch):
     rows = rng.choice(n, 260, replace=False)
     k = 4
     lists = (np.zeros((n, k), np.int64), np.zeros((n, k)), np.zeros(n), np.zeros(n, bool))
-    _mst._rescan_exact(rows, comp, screen_margin(x), lists, _mst._Blocks(x))
+    blocks = _mst._Blocks(x)
+    _mst._rescan_exact(rows, comp, screen_margin(x), lists, blocks)
+    np.testing.assert_array_equal(blocks.xs, x[blocks.perm])  # the rows back in block order
     nbr, nd, lb, exact0 = lists
     d = dense_dist(x0)
     d[comp[:, None] == comp[None, :]] = np.inf
