@@ -433,8 +433,9 @@ def _rescan_sorted(
                     rec_s.append(sub.ravel()[flat])
         rr, cc, sv = np.concatenate(rec_r), np.concatenate(rec_c), np.concatenate(rec_s)
         keep = sv >= floor32(m[rr].astype(np.float64) - eps2)
-        rr, cc = rr[keep], perm[cc[keep]]
-        dd = exact_dists(xs, at[r_[rr]], at[cc])  # the same rows, so the same values
+        rr, cpos = rr[keep], cc[keep]  # columns: component-order positions
+        dd = exact_dists(xs, at[r_[rr]], cpos)  # the same rows as the caller's, so the same values
+        cc = perm[cpos]
         oo = np.lexsort((cc, dd, rr))
         first = np.ones(oo.size, bool)
         first[1:] = rr[oo][1:] != rr[oo][:-1]

@@ -124,6 +124,15 @@ def strip_pass(s, r_off, c_off, cw, tr, tc, cols, rm, cm, ent_i, ent_j, ent_s): 
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
+def _floor32(t64):  # pragma: no cover - compiled
+    """The largest float32 <= the float64 ``t64`` (``_kernels.floor32``)."""
+    t32 = np.float32(t64)
+    if np.float64(t32) > t64:
+        t32 = np.nextafter(t32, np.float32(-np.inf))
+    return t32
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
 def scan_block(s, row_comp, col_comp, floor0, eps2):  # pragma: no cover - compiled
     """Mask own-component products of ``s`` (rows × columns, in place) to -inf; return (row maxima, row and column
     of each entry reaching its row's threshold floor32(max(maximum - eps2, floor0[row])), and their values)."""
@@ -139,13 +148,9 @@ def scan_block(s, row_comp, col_comp, floor0, eps2):  # pragma: no cover - compi
             elif s[i, j] > m:
                 m = s[i, j]
         rm[i] = m
-        t64 = max(np.float64(m) - eps2, floor0[i])
-        t32 = np.float32(t64)
-        if np.float64(t32) > t64:
-            t32 = np.nextafter(t32, np.float32(-np.inf))
-        th[i] = t32
+        th[i] = _floor32(max(np.float64(m) - eps2, floor0[i]))
         for j in range(w):
-            if s[i, j] >= t32 and s[i, j] > -np.inf:
+            if s[i, j] >= th[i] and s[i, j] > -np.inf:
                 count += 1
     ri = np.empty(count, np.int64)
     cj = np.empty(count, np.int64)
@@ -179,15 +184,6 @@ def merge_top(pp, qq, ss, topv, topj, thr):  # pragma: no cover - compiled
         topv[p, pos] = s
         topj[p, pos] = q
         thr[p] = topv[p, last]
-
-
-@njit(nogil=True, cache=True, boundscheck=False)
-def _floor32(t64):  # pragma: no cover - compiled
-    """The largest float32 <= the float64 ``t64`` (``_kernels.floor32``)."""
-    t32 = np.float32(t64)
-    if np.float64(t32) > t64:
-        t32 = np.nextafter(t32, np.float32(-np.inf))
-    return t32
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
